@@ -1,0 +1,401 @@
+"""The event journal: sequence numbers, byte and count caps, TTL, ack, replay.
+
+Every behaviour of the seed's ``DuplexEventJournal`` holds: sequences start at
+1 and are stamped into the payload as ``server_event_seq``; an event costs the
+UTF-8 length of its compact JSON; overflow is sticky and never evicts; TTL and
+acknowledgement drop events from the head; a replay older than what is kept
+is a gap. Beyond the seed: an optional count cap, gap errors that say what is
+missing and why, entries that keep their encoded bytes, and a snapshot /
+restore pair so a transition that fails half-way can be undone cheaply.
+
+Pure: no I/O, no threads, no event loop. The clock is injected.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import numbers
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from actors.errors import (
+    GapReason,
+    InvalidPayloadError,
+    InvalidSequenceError,
+    JournalGapError,
+    JournalOverflowError,
+)
+
+__all__ = [
+    "EventJournal",
+    "JournalEntry",
+    "JournalSnapshot",
+    "check_sequence",
+    "encode_event",
+    "normalize_payload",
+]
+
+#: How many (through, reason) runs a journal remembers to explain its gaps.
+#: Runs only multiply when TTL and acks alternate; past this the oldest merge.
+_MAX_DROP_RUNS = 32
+
+
+def _dumps(payload: Mapping[Any, object], *, allow_nan: bool) -> bytes:
+    return json.dumps(
+        payload, separators=(",", ":"), ensure_ascii=False, allow_nan=allow_nan
+    ).encode("utf-8")
+
+
+def _check_strict_json(value: object) -> None:
+    """Reject non-str keys anywhere; json.dumps catches the other types later."""
+    stack: list[object] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if not isinstance(key, str):
+                    raise InvalidPayloadError(
+                        f"payload keys must be strings, got {type(key).__name__}"
+                    )
+                if isinstance(child, dict | list | tuple):
+                    stack.append(child)
+        elif isinstance(item, list | tuple):
+            stack.extend(child for child in item if isinstance(child, dict | list | tuple))
+        elif isinstance(item, Mapping):
+            raise InvalidPayloadError("nested mappings must be plain dicts to be JSON")
+
+
+def normalize_payload(payload: object, *, strict: bool) -> dict[object, object]:
+    """A fresh plain dict of ``payload``, or :class:`InvalidPayloadError`.
+
+    Strict: ``payload`` must be a mapping. Lenient: whatever ``dict()`` takes,
+    as the seed did.
+    """
+    if strict and not isinstance(payload, Mapping):
+        raise InvalidPayloadError(f"payload must be a mapping, got {type(payload).__name__}")
+    try:
+        return dict(payload)  # type: ignore[call-overload, no-any-return]
+    except (TypeError, ValueError) as exc:
+        raise InvalidPayloadError(f"payload is not a mapping: {exc}") from None
+
+
+def encode_event(sequenced: dict[object, object], *, strict: bool) -> bytes:
+    """Compact JSON bytes of a sequenced payload, or :class:`InvalidPayloadError`."""
+    if strict:
+        _check_strict_json(sequenced)
+    try:
+        return _dumps(sequenced, allow_nan=not strict)
+    except (TypeError, ValueError, RecursionError) as exc:
+        # The message of json's own error names the offending type or value,
+        # never more of the payload than that.
+        raise InvalidPayloadError(f"payload is not JSON: {exc}") from None
+
+
+def check_sequence(sequence: object, *, strict: bool, what: str) -> int:
+    """Validate a sequence argument's type; range checks stay with their callers.
+
+    Strict: a non-negative ``int`` that is not a ``bool``. Lenient: any real
+    number, as the seed's comparisons allowed.
+    """
+    if strict:
+        if isinstance(sequence, bool) or not isinstance(sequence, int):
+            raise InvalidSequenceError(
+                f"{what} sequence must be an int, got {type(sequence).__name__}"
+            )
+    elif not isinstance(sequence, numbers.Real) or math.isnan(sequence):
+        raise InvalidSequenceError(
+            f"{what} sequence must be a number, got {type(sequence).__name__}"
+        )
+    return sequence  # type: ignore[return-value]
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEntry:
+    """One recorded event. ``payload`` is read-only and includes ``server_event_seq``."""
+
+    sequence: int
+    created_monotonic: float
+    encoded_bytes: int
+    payload: Mapping[str, object] = field(repr=False)
+    encoded: bytes = field(default=b"", repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.payload, MappingProxyType):
+            object.__setattr__(self, "payload", MappingProxyType(dict(self.payload)))
+
+    def json_bytes(self) -> bytes:
+        """The compact JSON the journal measured, without encoding again."""
+        return self.encoded or _dumps(self.payload, allow_nan=True)
+
+
+@dataclass(frozen=True, slots=True)
+class JournalSnapshot:
+    """Everything :meth:`EventJournal.restore` needs; O(1) to take."""
+
+    length: int
+    next_sequence: int
+    dropped_through: int
+    drop_runs: tuple[tuple[int, GapReason], ...]
+    retained_bytes: int
+    overflowed: bool
+
+
+class EventJournal:
+    """Sequenced, capped, expiring event log of one session."""
+
+    def __init__(
+        self,
+        *,
+        max_bytes: int,
+        ttl_s: float,
+        clock: Callable[[], float] | None = None,
+        max_events: int | None = None,
+        strict: bool = False,
+    ) -> None:
+        if max_bytes <= 0:
+            raise ValueError("journal max_bytes must be positive")
+        if ttl_s <= 0:
+            raise ValueError("journal ttl_s must be positive")
+        if max_events is not None and max_events <= 0:
+            raise ValueError("journal max_events must be positive")
+        self._max_bytes = max_bytes
+        self._max_events = max_events
+        self._ttl_s = ttl_s
+        self._clock = clock or time.monotonic
+        self._strict = strict
+        # Invariant: sequences in _entries are dense and ascending, all
+        # > _dropped_through, and the last one is _next_sequence - 1.
+        self._entries: deque[JournalEntry] = deque()
+        # Invariant: >= 1; every sequence below it was issued exactly once.
+        self._next_sequence = 1
+        # Invariant: every sequence <= this is gone (acked, expired or never kept).
+        self._dropped_through = 0
+        # Invariant: (through, reason) runs, ascending; the last through is
+        # _dropped_through when anything was dropped. Explains gap errors.
+        self._drop_runs: list[tuple[int, GapReason]] = []
+        # Invariant: == sum(entry.encoded_bytes for entry in _entries) <= _max_bytes.
+        self._retained_bytes = 0
+        # Invariant: once True, stays True: an overflowed journal records nothing.
+        self._overflowed = False
+        # Entries dropped from the head since the last snapshot(), oldest
+        # last, so restore() can put them back. None: no snapshot taken.
+        self._undo: list[JournalEntry] | None = None
+
+    # -- reading -----------------------------------------------------------
+
+    @property
+    def retained_bytes(self) -> int:
+        return self._retained_bytes
+
+    @property
+    def overflowed(self) -> bool:
+        return self._overflowed
+
+    @property
+    def last_sequence(self) -> int:
+        return self._next_sequence - 1
+
+    @property
+    def first_retained_sequence(self) -> int:
+        """The oldest sequence still held, or ``last_sequence + 1`` when empty."""
+        return self._entries[0].sequence if self._entries else self._next_sequence
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(last_sequence={self.last_sequence}, "
+            f"retained={len(self._entries)}, retained_bytes={self._retained_bytes}, "
+            f"overflowed={self._overflowed})"
+        )
+
+    # -- writing -----------------------------------------------------------
+
+    def record(self, payload: Mapping[str, object]) -> JournalEntry:
+        """Sequence, measure and keep one event; raise if a cap is hit."""
+        return self.record_many((payload,))[0]
+
+    def record_many(self, payloads: Sequence[Mapping[str, object]]) -> tuple[JournalEntry, ...]:
+        """Record a batch all or nothing: one bad payload or a cap records none.
+
+        Hitting a cap still makes the journal overflowed, as a single
+        :meth:`record` would: overflow is sticky and nothing is evicted.
+        """
+        if self._overflowed:
+            raise JournalOverflowError("duplex event journal already exceeded its byte limit")
+        staged: list[tuple[dict[object, object], bytes]] = []
+        for offset, payload in enumerate(payloads):
+            sequenced = normalize_payload(payload, strict=self._strict)
+            sequenced["server_event_seq"] = self._next_sequence + offset
+            staged.append((sequenced, encode_event(sequenced, strict=self._strict)))
+        self.prune()
+        size = sum(len(encoded) for _, encoded in staged)
+        if self._retained_bytes + size > self._max_bytes:
+            self._overflowed = True
+            raise JournalOverflowError(
+                "duplex event journal byte limit exceeded: "
+                f"{self._retained_bytes + size} > {self._max_bytes}"
+            )
+        count = len(self._entries) + len(staged)
+        if self._max_events is not None and count > self._max_events:
+            self._overflowed = True
+            raise JournalOverflowError(
+                f"duplex event journal event limit exceeded: {count} > {self._max_events}"
+            )
+        now = self._clock()
+        entries = tuple(
+            JournalEntry(
+                sequence=self._next_sequence + offset,
+                created_monotonic=now,
+                encoded_bytes=len(encoded),
+                payload=MappingProxyType(sequenced),  # type: ignore[arg-type]
+                encoded=encoded,
+            )
+            for offset, (sequenced, encoded) in enumerate(staged)
+        )
+        self._entries.extend(entries)
+        self._retained_bytes += size
+        self._next_sequence += len(entries)
+        return entries
+
+    def acknowledge(self, sequence: int) -> int:
+        """Drop every event up to ``sequence``; return how many were held."""
+        sequence = check_sequence(sequence, strict=self._strict, what="acknowledged")
+        if sequence < 0:
+            raise InvalidSequenceError("acknowledged sequence must not be negative")
+        if sequence > self.last_sequence:
+            raise InvalidSequenceError(
+                f"acknowledged sequence {sequence} is newer than journal head {self.last_sequence}"
+            )
+        removed = 0
+        while self._entries and self._entries[0].sequence <= sequence:
+            self._drop_head()
+            removed += 1
+        self._note_dropped(sequence, "acknowledged")
+        return removed
+
+    def prune(self, now: float | None = None) -> int:
+        """Drop events older than the TTL; return how many."""
+        effective_now = self._clock() if now is None else now
+        cutoff = effective_now - self._ttl_s
+        removed = 0
+        while self._entries and self._entries[0].created_monotonic <= cutoff:
+            entry = self._drop_head()
+            self._note_dropped(entry.sequence, "ttl")
+            removed += 1
+        return removed
+
+    def replay_after(self, sequence: int) -> tuple[JournalEntry, ...]:
+        """Every retained event after ``sequence``, or a gap / range error."""
+        sequence = check_sequence(sequence, strict=self._strict, what="replay")
+        if sequence < 0:
+            raise InvalidSequenceError("replay sequence must not be negative")
+        self.prune()
+        if self._overflowed:
+            raise self._gap(
+                "duplex event journal overflowed; replay is incomplete", sequence, "overflow"
+            )
+        if sequence < self._dropped_through:
+            raise self._gap(
+                f"requested sequence {sequence} is older than retained journal boundary "
+                f"{self._dropped_through}",
+                sequence,
+                self._reason_for(sequence + 1),
+            )
+        if sequence > self.last_sequence:
+            raise InvalidSequenceError(
+                f"requested sequence {sequence} is newer than journal head {self.last_sequence}"
+            )
+        # Sequences are dense, so the first wanted entry's index is arithmetic.
+        skip = max(0, int(sequence) + 1 - self.first_retained_sequence)
+        return tuple(itertools.islice(self._entries, skip, None))
+
+    # -- transactions --------------------------------------------------------
+
+    def snapshot(self) -> JournalSnapshot:
+        """Mark a point :meth:`restore` can return to. Only the latest one counts."""
+        self._undo = []
+        return JournalSnapshot(
+            length=len(self._entries),
+            next_sequence=self._next_sequence,
+            dropped_through=self._dropped_through,
+            drop_runs=tuple(self._drop_runs),
+            retained_bytes=self._retained_bytes,
+            overflowed=self._overflowed,
+        )
+
+    def restore(self, snapshot: JournalSnapshot) -> None:
+        """Undo everything since ``snapshot`` (which must be the latest taken)."""
+        if self._undo is None:
+            raise RuntimeError("restore() without a snapshot()")
+        appended = self._next_sequence - snapshot.next_sequence
+        for _ in range(appended):
+            self._entries.pop()
+        while self._undo:
+            self._entries.appendleft(self._undo.pop())
+        self._next_sequence = snapshot.next_sequence
+        self._dropped_through = snapshot.dropped_through
+        self._drop_runs = list(snapshot.drop_runs)
+        self._retained_bytes = snapshot.retained_bytes
+        self._overflowed = snapshot.overflowed
+
+    def check_invariants(self) -> None:
+        """Raise ``AssertionError`` if the fields disagree (O(n): for restarts and tests)."""
+        expected = self._dropped_through + 1
+        if self._entries:
+            expected = self._entries[0].sequence
+            if expected <= self._dropped_through:
+                raise AssertionError("a retained entry is at or below the dropped boundary")
+        for offset, entry in enumerate(self._entries):
+            if entry.sequence != expected + offset:
+                raise AssertionError("journal sequences are not dense")
+        if self._entries and self._entries[-1].sequence != self.last_sequence:
+            raise AssertionError("journal head does not match the last entry")
+        if sum(e.encoded_bytes for e in self._entries) != self._retained_bytes:
+            raise AssertionError("retained_bytes disagrees with the entries")
+        if self._retained_bytes > self._max_bytes:
+            raise AssertionError("retained_bytes exceeds max_bytes")
+        if self._dropped_through > self.last_sequence:
+            raise AssertionError("dropped boundary is past the head")
+
+    # -- internals -----------------------------------------------------------
+
+    def _drop_head(self) -> JournalEntry:
+        entry = self._entries.popleft()
+        self._retained_bytes -= entry.encoded_bytes
+        if self._undo is not None:
+            self._undo.append(entry)
+        return entry
+
+    def _note_dropped(self, through: int, reason: GapReason) -> None:
+        if through <= self._dropped_through:
+            return
+        self._dropped_through = through
+        if self._drop_runs and self._drop_runs[-1][1] == reason:
+            self._drop_runs[-1] = (through, reason)
+        else:
+            self._drop_runs.append((through, reason))
+            if len(self._drop_runs) > _MAX_DROP_RUNS:
+                del self._drop_runs[0]
+
+    def _reason_for(self, sequence: float) -> GapReason:
+        for through, reason in self._drop_runs:
+            if sequence <= through:
+                return reason
+        return self._drop_runs[-1][1] if self._drop_runs else "acknowledged"
+
+    def _gap(self, message: str, sequence: int, reason: GapReason) -> JournalGapError:
+        return JournalGapError(
+            message,
+            requested=sequence,
+            first_retained=self.first_retained_sequence,
+            head=self.last_sequence,
+            reason=reason,
+        )

@@ -1,0 +1,707 @@
+"""One session's rules as a pure state machine: command in, transition out.
+
+Theory of operation
+-------------------
+The seed held these rules in a registry guarded by locks and awaited its
+transport sends inline. Here they are split from both: :meth:`SessionState.handle`
+takes one command (:mod:`actors.messages`), changes the state, and returns a
+:class:`Transition` holding the caller's reply (or a domain error) and the
+*effects* the shell must carry out afterwards: frames to deliver to an
+attachment generation, an ``on_accepted`` to run, an outbox to retire, an
+observer event. Nothing here does I/O, calls user code, or knows of threads
+or event loops, so every rule is testable with plain calls and a fake clock.
+
+Where the seed awaited an activation send before releasing its lock, the
+state records the activation as *in flight* (:attr:`activation_in_flight`)
+and learns the result later from an :class:`~actors.messages.ActivationOutcome`
+command: delivered (nothing to do) or failed (the seed's rollback). The actor
+holds later resumes back while an activation is in flight, as the lock did.
+
+Failure atomicity: a domain error (a :class:`~actors.errors.SessionError`) is
+an answer; what the handler did before raising it stays, and handlers are
+written so that is only what the seed also kept (a sticky overflow, a TTL
+prune). Any other exception restores the snapshot taken before the command
+and propagates: the transition never happened. Named failpoints at each step
+let tests and fault plans inject such crashes anywhere.
+"""
+
+from __future__ import annotations
+
+import hmac
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from actors.credential import ResumeCredential, ResumeToken, token_digest
+from actors.errors import (
+    InvalidInputError,
+    InvalidResumeTokenError,
+    InvalidSessionIdError,
+    SessionError,
+    UnknownSessionError,
+)
+from actors.journal import EventJournal, JournalSnapshot, normalize_payload
+from actors.messages import (
+    Acknowledge,
+    Activate,
+    ActivationOutcome,
+    AuthenticateResume,
+    BeginResume,
+    Close,
+    CloseCallable,
+    Command,
+    Deliver,
+    DetachedAttachment,
+    Effect,
+    EndResume,
+    EventAccepted,
+    HasAttachment,
+    IsCurrentAttachment,
+    LifecycleEvent,
+    LifecycleKind,
+    Notify,
+    ReleaseAttachment,
+    Resume,
+    ResumeResult,
+    RetireAttachment,
+    SendCallable,
+    SendEvent,
+    SendEvents,
+    SessionCreated,
+    SettleLeaseGeneration,
+    Tick,
+    TickResult,
+    TransportAttachment,
+)
+
+__all__ = [
+    "FAILPOINTS",
+    "NO_FAILPOINTS",
+    "Failpoints",
+    "SessionConfig",
+    "SessionState",
+    "StateSnapshot",
+    "Transition",
+    "check_session_id",
+]
+
+#: Every failpoint a transition passes, ``"<command>.<step>"``.
+FAILPOINTS: tuple[str, ...] = (
+    "send_event.enter",
+    "send_event.recorded",
+    "send_event.effects",
+    "acknowledge.enter",
+    "acknowledge.removed",
+    "release_attachment.enter",
+    "release_attachment.detached",
+    "begin_resume.enter",
+    "begin_resume.claimed",
+    "end_resume.enter",
+    "end_resume.released",
+    "settle_lease_generation.enter",
+    "settle_lease_generation.parked",
+    "has_attachment.enter",
+    "is_current_attachment.enter",
+    "authenticate_resume.enter",
+    "authenticate_resume.verified",
+    "resume.enter",
+    "resume.verified",
+    "resume.rotated",
+    "resume.attached",
+    "activation_outcome.enter",
+    "activation_outcome.rolled_back",
+    "tick.enter",
+    "tick.pruned",
+    "close.enter",
+    "close.closed",
+)
+
+
+class Failpoints(Protocol):
+    """Told of each step a transition passes; may raise to inject a crash there."""
+
+    def hit(self, name: str, session_id: str) -> None: ...
+
+
+class _NoFailpoints:
+    def hit(self, name: str, session_id: str) -> None:
+        return None
+
+
+NO_FAILPOINTS: Failpoints = _NoFailpoints()
+
+
+def check_session_id(session_id: object, *, strict: bool) -> str:
+    if strict and (not isinstance(session_id, str) or not session_id):
+        raise InvalidSessionIdError("session id must be a non-empty string")
+    return session_id  # type: ignore[return-value]
+
+
+def _check_generation(value: object, *, what: str, optional: bool) -> None:
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInputError(f"{what} must be an int, got {type(value).__name__}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionConfig:
+    """Per-session limits; the registry hands the same one to every session."""
+
+    replay_ttl_s: float
+    replay_max_bytes: int
+    replay_max_events: int | None = None
+    #: ``None``: the engine owns the grace (the seed's rule). A number: a
+    #: session left detached, with no resume claimed, that long is expired.
+    disconnect_grace_s: float | None = None
+    #: Strict input checks (the native doors); ``False`` takes what the seed took.
+    strict: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.replay_ttl_s > 0:
+            raise ValueError("replay_ttl_s must be positive")
+        if self.replay_max_bytes <= 0:
+            raise ValueError("replay_max_bytes_per_session must be positive")
+        if self.replay_max_events is not None and self.replay_max_events <= 0:
+            raise ValueError("replay_max_events_per_session must be positive")
+        grace = self.disconnect_grace_s
+        if grace is not None and (math.isnan(grace) or grace < 0):
+            raise ValueError("disconnect_grace_s must be None or >= 0")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Transition:
+    """A command's outcome: ``reply`` or ``error`` for the caller, then ``effects``."""
+
+    reply: object = None
+    error: SessionError | None = None
+    effects: tuple[Effect, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class StateSnapshot:
+    """The whole state at one point, O(1) to take; compares equal iff states match."""
+
+    journal: JournalSnapshot
+    token_digest: bytes
+    attachment: TransportAttachment | None
+    attachment_generation: int
+    lease_generation: int
+    pending_resumes: int
+    orphaned_lease_generation: int | None
+    recovery_token_digest: bytes | None
+    activations: tuple[tuple[int, bytes], ...]
+    detached_since: float | None
+    closed: bool
+
+    def __repr__(self) -> str:  # digests are not tokens, but stay out of logs anyway
+        return (
+            f"StateSnapshot(attachment_generation={self.attachment_generation}, "
+            f"lease_generation={self.lease_generation}, closed={self.closed})"
+        )
+
+
+class SessionState:
+    """The rules of one session, the seed registry's per-session half."""
+
+    def __init__(
+        self,
+        *,
+        session_id: str,
+        config: SessionConfig,
+        send: SendCallable,
+        close: CloseCallable,
+        lease_generation: int = 0,
+        clock: Callable[[], float] | None = None,
+        failpoints: Failpoints = NO_FAILPOINTS,
+        token: ResumeToken | None = None,
+    ) -> None:
+        self._session_id = check_session_id(session_id, strict=config.strict)
+        if config.strict:
+            _check_generation(lease_generation, what="lease_generation", optional=False)
+        self._config = config
+        self._clock = clock or time.monotonic
+        self._failpoints = failpoints
+        self._journal = EventJournal(
+            max_bytes=config.replay_max_bytes,
+            ttl_s=config.replay_ttl_s,
+            clock=self._clock,
+            max_events=config.replay_max_events,
+            strict=config.strict,
+        )
+        self._issued_token = token or ResumeToken.generate()
+        self._credential = ResumeCredential.from_token(self._issued_token)
+        # Invariant: >= 1, only grows; names the current (or last) attachment.
+        self._attachment_generation = 1
+        # Invariant: None or attachment.generation == _attachment_generation.
+        self._attachment: TransportAttachment | None = TransportAttachment(
+            generation=1, send=send, close=close
+        )
+        # Invariant: the lease the attached connection serves; only grows.
+        self._lease_generation = lease_generation
+        # Invariant: >= 0; begin_resume claims not yet ended.
+        self._pending_resumes = 0
+        # Invariant: None, or a lease nobody serves yet, parked for the next activation.
+        self._orphaned_lease_generation: int | None = None
+        # Invariant: None unless a failed activation handed the presented token
+        # back; honoured only while detached, once.
+        self._recovery_token_digest: bytes | None = None
+        # Activations on the wire: generation -> digest the resume accepted
+        # (what a rollback restores as the recovery token).
+        # Invariant: every key <= _attachment_generation.
+        self._activations: dict[int, bytes] = {}
+        # Invariant: None iff attached (or closed); when the session was detached.
+        self._detached_since: float | None = None
+        self._closed = False
+        self._effects: list[Effect] = []
+
+    @classmethod
+    def open(
+        cls,
+        *,
+        session_id: str,
+        config: SessionConfig,
+        send: SendCallable,
+        close: CloseCallable,
+        lease_generation: int = 0,
+        clock: Callable[[], float] | None = None,
+        failpoints: Failpoints = NO_FAILPOINTS,
+    ) -> tuple[SessionState, Transition]:
+        """A new attached session and its creation transition (token, event)."""
+        state = cls(
+            session_id=session_id,
+            config=config,
+            send=send,
+            close=close,
+            lease_generation=lease_generation,
+            clock=clock,
+            failpoints=failpoints,
+        )
+        created = SessionCreated(
+            session_id=state._session_id,
+            attachment_generation=1,
+            resume_token=state._issued_token,
+        )
+        return state, Transition(reply=created, effects=(Notify(event=state._event("created")),))
+
+    # -- reading -------------------------------------------------------------
+
+    @property
+    def session_id(self) -> str:
+        return self._session_id
+
+    @property
+    def config(self) -> SessionConfig:
+        return self._config
+
+    @property
+    def journal(self) -> EventJournal:
+        """Read it, never write it: writes go through :meth:`handle`."""
+        return self._journal
+
+    @property
+    def attachment(self) -> TransportAttachment | None:
+        return self._attachment
+
+    @property
+    def attachment_generation(self) -> int:
+        return self._attachment_generation
+
+    @property
+    def lease_generation(self) -> int:
+        return self._lease_generation
+
+    @property
+    def pending_resumes(self) -> int:
+        return self._pending_resumes
+
+    @property
+    def orphaned_lease_generation(self) -> int | None:
+        return self._orphaned_lease_generation
+
+    @property
+    def activation_in_flight(self) -> bool:
+        """A resume's activation is on the wire: hold later resumes until its outcome."""
+        return bool(self._activations)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __repr__(self) -> str:
+        return (
+            f"SessionState(session_id={self._session_id!r}, "
+            f"attachment_generation={self._attachment_generation}, "
+            f"attached={self._attachment is not None}, "
+            f"lease_generation={self._lease_generation}, journal={self._journal!r})"
+        )
+
+    # -- the one entry point -------------------------------------------------
+
+    def handle(self, command: Command) -> Transition:
+        """Apply ``command`` whole or not at all; see the module's theory of operation."""
+        handler = _HANDLERS.get(type(command))
+        if handler is None:
+            raise TypeError(f"not a session command: {type(command).__name__}")
+        snapshot = self.snapshot()
+        self._effects = []
+        try:
+            if self._closed:
+                raise UnknownSessionError(self._session_id)
+            reply = handler(self, command)
+        except SessionError as error:
+            self._effects = []
+            return Transition(error=error)
+        except BaseException:
+            self.restore(snapshot)
+            raise
+        effects, self._effects = tuple(self._effects), []
+        return Transition(reply=reply, effects=effects)
+
+    # -- snapshots and invariants ---------------------------------------------
+
+    def snapshot(self) -> StateSnapshot:
+        return StateSnapshot(
+            journal=self._journal.snapshot(),
+            token_digest=self._credential.token_digest,
+            attachment=self._attachment,
+            attachment_generation=self._attachment_generation,
+            lease_generation=self._lease_generation,
+            pending_resumes=self._pending_resumes,
+            orphaned_lease_generation=self._orphaned_lease_generation,
+            recovery_token_digest=self._recovery_token_digest,
+            activations=tuple(self._activations.items()),
+            detached_since=self._detached_since,
+            closed=self._closed,
+        )
+
+    def restore(self, snapshot: StateSnapshot) -> None:
+        """Return to ``snapshot``, which must be the latest one taken."""
+        self._journal.restore(snapshot.journal)
+        self._credential.token_digest = snapshot.token_digest
+        self._attachment = snapshot.attachment
+        self._attachment_generation = snapshot.attachment_generation
+        self._lease_generation = snapshot.lease_generation
+        self._pending_resumes = snapshot.pending_resumes
+        self._orphaned_lease_generation = snapshot.orphaned_lease_generation
+        self._recovery_token_digest = snapshot.recovery_token_digest
+        self._activations = dict(snapshot.activations)
+        self._detached_since = snapshot.detached_since
+        self._closed = snapshot.closed
+        self._effects = []
+
+    def check_invariants(self) -> None:
+        """Raise ``AssertionError`` naming the first invariant that does not hold."""
+        checks: tuple[tuple[bool, str], ...] = (
+            (self._attachment_generation >= 1, "attachment generation below 1"),
+            (
+                self._attachment is None
+                or self._attachment.generation == self._attachment_generation,
+                "attachment is not the current generation",
+            ),
+            (self._lease_generation >= 0, "negative lease generation"),
+            (self._pending_resumes >= 0, "negative pending resumes"),
+            (
+                self._orphaned_lease_generation is None or self._orphaned_lease_generation >= 0,
+                "negative orphaned lease generation",
+            ),
+            (
+                all(g <= self._attachment_generation for g in self._activations),
+                "an activation is newer than the current generation",
+            ),
+            (len(self._credential.token_digest) == 32, "credential digest is not SHA-256"),
+            (
+                self._recovery_token_digest is None or len(self._recovery_token_digest) == 32,
+                "recovery digest is not SHA-256",
+            ),
+            (
+                self._closed or (self._attachment is None) == (self._detached_since is not None),
+                "detached_since disagrees with the attachment",
+            ),
+        )
+        for holds, what in checks:
+            if not holds:
+                raise AssertionError(f"session {self._session_id}: {what}")
+        self._journal.check_invariants()
+
+    # -- helpers ---------------------------------------------------------------
+
+    def _failpoint(self, name: str) -> None:
+        self._failpoints.hit(name, self._session_id)
+
+    def _event(self, kind: LifecycleKind, reason: str | None = None) -> LifecycleEvent:
+        return LifecycleEvent(
+            kind=kind,
+            session_id=self._session_id,
+            attachment_generation=self._attachment_generation,
+            lease_generation=self._lease_generation,
+            reason=reason,
+        )
+
+    def _check_token(self, token: object) -> str:
+        if not isinstance(token, str):
+            raise InvalidInputError(f"resume token must be a str, got {type(token).__name__}")
+        return token
+
+    def _validate_resume_identity(self, token: str) -> bool:
+        """``False``: the current token. ``True``: the one-shot recovery token."""
+        if self._credential.verify(token):
+            return False
+        recovery = self._recovery_token_digest
+        if (
+            self._attachment is None
+            and recovery is not None
+            and hmac.compare_digest(recovery, token_digest(token))
+        ):
+            return True
+        raise InvalidResumeTokenError(f"invalid resume token for duplex session {self._session_id}")
+
+    def _settle_orphan(self) -> int | None:
+        orphan = self._orphaned_lease_generation
+        if orphan is None or self._pending_resumes > 0:
+            # Nothing parked, or the next activation absorbs it (see resume).
+            return None
+        self._orphaned_lease_generation = None
+        if self._attachment is not None:
+            self._lease_generation = max(self._lease_generation, orphan)
+            return None
+        return orphan
+
+    def _detach(self, reason: str) -> None:
+        self._attachment = None
+        self._detached_since = self._clock()
+        self._effects.append(
+            RetireAttachment(attachment_generation=self._attachment_generation, reason=reason)
+        )
+
+    # -- handlers, one per command ----------------------------------------------
+
+    def _on_send_event(self, command: SendEvent) -> Any:
+        self._failpoint("send_event.enter")
+        attachment = self._attachment
+        if command.journal:
+            entry = self._journal.record(command.payload)
+            self._failpoint("send_event.recorded")
+            if command.on_accepted is not None:
+                self._effects.append(EventAccepted(callback=command.on_accepted))
+            if attachment is not None:
+                self._effects.append(
+                    Deliver(attachment_generation=attachment.generation, frames=(entry.payload,))
+                )
+            self._failpoint("send_event.effects")
+            return entry
+        frame = normalize_payload(command.payload, strict=self._config.strict)
+        self._failpoint("send_event.recorded")
+        if attachment is not None:
+            self._effects.append(
+                Deliver(
+                    attachment_generation=attachment.generation,
+                    frames=(frame,),  # type: ignore[arg-type]
+                    on_delivered=command.on_accepted,
+                )
+            )
+        self._failpoint("send_event.effects")
+        return None
+
+    def _on_send_events(self, command: SendEvents) -> Any:
+        self._failpoint("send_event.enter")
+        attachment = self._attachment
+        if command.journal:
+            entries = self._journal.record_many(command.payloads)
+            frames: tuple[Any, ...] = tuple(entry.payload for entry in entries)
+            reply: Any = entries
+        else:
+            frames = tuple(
+                normalize_payload(p, strict=self._config.strict) for p in command.payloads
+            )
+            reply = (None,) * len(frames)
+        self._failpoint("send_event.recorded")
+        if attachment is not None and frames:
+            self._effects.append(
+                Deliver(attachment_generation=attachment.generation, frames=frames)
+            )
+        self._failpoint("send_event.effects")
+        return reply
+
+    def _on_acknowledge(self, command: Acknowledge) -> int:
+        self._failpoint("acknowledge.enter")
+        removed = self._journal.acknowledge(command.sequence)
+        self._failpoint("acknowledge.removed")
+        return removed
+
+    def _on_release_attachment(self, command: ReleaseAttachment) -> DetachedAttachment | None:
+        self._failpoint("release_attachment.enter")
+        wanted = command.attachment_generation
+        if self._config.strict:
+            _check_generation(wanted, what="attachment_generation", optional=True)
+        if self._attachment is None:
+            return None
+        if wanted is not None and wanted != self._attachment_generation:
+            return None
+        self._detach("detached")
+        self._failpoint("release_attachment.detached")
+        self._effects.append(Notify(event=self._event("detached")))
+        return DetachedAttachment(
+            session_id=self._session_id,
+            attachment_generation=self._attachment_generation,
+            lease_generation=self._lease_generation,
+        )
+
+    def _on_begin_resume(self, command: BeginResume) -> None:
+        self._failpoint("begin_resume.enter")
+        self._pending_resumes += 1
+        self._failpoint("begin_resume.claimed")
+
+    def _on_end_resume(self, command: EndResume) -> int | None:
+        self._failpoint("end_resume.enter")
+        self._pending_resumes = max(0, self._pending_resumes - 1)
+        owed = self._settle_orphan()
+        self._failpoint("end_resume.released")
+        return owed
+
+    def _on_settle_lease_generation(self, command: SettleLeaseGeneration) -> int | None:
+        self._failpoint("settle_lease_generation.enter")
+        if self._config.strict:
+            _check_generation(command.lease_generation, what="lease_generation", optional=False)
+        self._orphaned_lease_generation = max(
+            self._orphaned_lease_generation or 0, command.lease_generation
+        )
+        self._failpoint("settle_lease_generation.parked")
+        return self._settle_orphan()
+
+    def _on_has_attachment(self, command: HasAttachment) -> bool:
+        self._failpoint("has_attachment.enter")
+        return self._attachment is not None
+
+    def _on_is_current_attachment(self, command: IsCurrentAttachment) -> bool:
+        self._failpoint("is_current_attachment.enter")
+        return (
+            self._attachment is not None
+            and self._attachment_generation == command.attachment_generation
+        )
+
+    def _on_authenticate_resume(self, command: AuthenticateResume) -> None:
+        self._failpoint("authenticate_resume.enter")
+        token = self._check_token(command.resume_token)
+        self._validate_resume_identity(token)
+        self._failpoint("authenticate_resume.verified")
+        self._journal.replay_after(command.last_received_server_event_seq)
+
+    def _on_resume(self, command: Resume) -> ResumeResult:
+        self._failpoint("resume.enter")
+        token = self._check_token(command.resume_token)
+        if self._config.strict:
+            _check_generation(command.lease_generation, what="lease_generation", optional=True)
+        # Token before sequence: a stranger learns nothing about the journal.
+        used_recovery = self._validate_resume_identity(token)
+        replay = self._journal.replay_after(command.last_received_server_event_seq)
+        self._failpoint("resume.verified")
+        accepted_digest = self._credential.token_digest
+        if used_recovery and self._recovery_token_digest is not None:
+            accepted_digest = self._recovery_token_digest
+        self._recovery_token_digest = None
+        rotated = self._credential.rotate()
+        self._failpoint("resume.rotated")
+        replaced = self._attachment
+        if replaced is not None:
+            self._effects.append(
+                RetireAttachment(attachment_generation=replaced.generation, reason="replaced")
+            )
+        self._attachment_generation += 1
+        generation = self._attachment_generation
+        self._attachment = TransportAttachment(
+            generation=generation, send=command.send, close=command.close
+        )
+        self._detached_since = None
+        # The activating connection serves the newest lease the engine holds:
+        # its own resume's, or a newer one abandoned while this one was pending.
+        self._lease_generation = max(
+            self._lease_generation,
+            command.lease_generation if command.lease_generation is not None else 0,
+            self._orphaned_lease_generation or 0,
+        )
+        self._orphaned_lease_generation = None
+        self._failpoint("resume.attached")
+        if command.activation_payload_factory is not None:
+            self._activations[generation] = accepted_digest
+            self._effects.append(
+                Activate(
+                    attachment_generation=generation,
+                    resume_token=rotated,
+                    payload_factory=command.activation_payload_factory,
+                    replay=replay,
+                )
+            )
+        self._effects.append(Notify(event=self._event("resumed")))
+        return ResumeResult(
+            session_id=self._session_id,
+            attachment_generation=generation,
+            resume_token=rotated,
+            replay_entries=replay,
+            replaced_attachment=replaced,
+        )
+
+    def _on_activation_outcome(self, command: ActivationOutcome) -> None:
+        self._failpoint("activation_outcome.enter")
+        generation = command.attachment_generation
+        accepted_digest = self._activations.pop(generation, None)
+        if accepted_digest is None or command.delivered:
+            return
+        # The seed's rollback, generation-checked: a later resume that took
+        # over keeps its attachment. The presented token works again, once;
+        # the lease the provisional attachment served is parked as the orphan.
+        if self._attachment_generation != generation:
+            return
+        if self._attachment is not None:
+            self._detach("activation_failed")
+        self._recovery_token_digest = accepted_digest
+        self._orphaned_lease_generation = max(
+            self._orphaned_lease_generation or 0, self._lease_generation
+        )
+        self._failpoint("activation_outcome.rolled_back")
+
+    def _on_tick(self, command: Tick) -> TickResult:
+        self._failpoint("tick.enter")
+        pruned = self._journal.prune(command.now)
+        self._failpoint("tick.pruned")
+        grace = self._config.disconnect_grace_s
+        expired = (
+            grace is not None
+            and self._detached_since is not None
+            and self._pending_resumes == 0
+            and not self._activations
+            and command.now - self._detached_since >= grace
+        )
+        return TickResult(pruned=pruned, expired=expired)
+
+    def _on_close(self, command: Close) -> TransportAttachment | None:
+        self._failpoint("close.enter")
+        attachment = self._attachment
+        if attachment is not None:
+            self._effects.append(
+                RetireAttachment(attachment_generation=attachment.generation, reason="closed")
+            )
+        self._closed = True
+        self._failpoint("close.closed")
+        self._effects.append(Notify(event=self._event("closed")))
+        return attachment
+
+
+_HANDLERS: dict[type[Any], Callable[[SessionState, Any], Any]] = {
+    SendEvent: SessionState._on_send_event,
+    SendEvents: SessionState._on_send_events,
+    Acknowledge: SessionState._on_acknowledge,
+    ReleaseAttachment: SessionState._on_release_attachment,
+    BeginResume: SessionState._on_begin_resume,
+    EndResume: SessionState._on_end_resume,
+    SettleLeaseGeneration: SessionState._on_settle_lease_generation,
+    HasAttachment: SessionState._on_has_attachment,
+    IsCurrentAttachment: SessionState._on_is_current_attachment,
+    AuthenticateResume: SessionState._on_authenticate_resume,
+    Resume: SessionState._on_resume,
+    ActivationOutcome: SessionState._on_activation_outcome,
+    Tick: SessionState._on_tick,
+    Close: SessionState._on_close,
+}
