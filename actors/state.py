@@ -643,17 +643,18 @@ class SessionState:
             replaced_attachment=replaced,
         )
 
-    def _on_activation_outcome(self, command: ActivationOutcome) -> None:
+    def _on_activation_outcome(self, command: ActivationOutcome) -> bool:
+        """``True`` when this outcome rolled the resume back."""
         self._failpoint("activation_outcome.enter")
         generation = command.attachment_generation
         accepted_digest = self._activations.pop(generation, None)
         if accepted_digest is None or command.delivered:
-            return
+            return False
         # The seed's rollback, generation-checked: a later resume that took
         # over keeps its attachment. The presented token works again, once;
         # the lease the provisional attachment served is parked as the orphan.
         if self._attachment_generation != generation:
-            return
+            return False
         if self._attachment is not None:
             self._detach("activation_failed")
         self._recovery_token_digest = accepted_digest
@@ -661,6 +662,7 @@ class SessionState:
             self._orphaned_lease_generation or 0, self._lease_generation
         )
         self._failpoint("activation_outcome.rolled_back")
+        return True
 
     def _on_tick(self, command: Tick) -> TickResult:
         self._failpoint("tick.enter")

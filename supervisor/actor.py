@@ -1,0 +1,483 @@
+"""The supervisor actor and the loop-neutral system every front door drives.
+
+:class:`SessionSystem` is what a front door owns: it starts the supervisor,
+routes commands straight to session actors through a routing table that only
+the supervisor writes (so the hot path pays no supervisor round trip), and
+answers unknown sessions the way the seed did. Creates and closes go through
+the :class:`SupervisorActor`, which keeps the table, starts session actors,
+collects the counters of sessions that left, and is replaced by a new one
+(taking the routing over from the live session actors) if it dies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pykka
+
+from actors.errors import (
+    DuplicateSessionError,
+    RegistryClosedError,
+    SessionCrashedError,
+    UnknownSessionError,
+)
+from actors.messages import (
+    CloseCallable,
+    Command,
+    EndResume,
+    HasAttachment,
+    IsCurrentAttachment,
+    LifecycleEvent,
+    ReleaseAttachment,
+    SendCallable,
+    SettleLeaseGeneration,
+    Tick,
+)
+from actors.ports import LoopPort, Outbox, Reply
+from actors.session import Call, SessionActor, SessionContext, SessionCounters, Shutdown
+from actors.state import NO_FAILPOINTS, SessionConfig
+from supervisor.faults import FaultPlan
+from supervisor.policy import RestartPolicy
+
+__all__ = ["RegistryStats", "SessionSystem", "SupervisorActor", "unknown_answer"]
+
+logger = logging.getLogger("duplex_supervisor.supervisor")
+
+#: The seed answered these commands for an unknown session with a plain value.
+_UNKNOWN_ANSWERS: dict[type[Any], object] = {
+    ReleaseAttachment: None,
+    EndResume: None,
+    SettleLeaseGeneration: None,
+    HasAttachment: False,
+    IsCurrentAttachment: False,
+}
+
+
+def unknown_answer(command: Command, session_id: str) -> tuple[bool, object]:
+    """``(True, value)`` where the seed answered an unknown session with a value;
+    ``(False, error)`` where it raised ``KeyError``."""
+    kind = type(command)
+    if kind in _UNKNOWN_ANSWERS:
+        return True, _UNKNOWN_ANSWERS[kind]
+    return False, UnknownSessionError(session_id)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RegistryStats:
+    """A registry's figures, read without an actor round trip."""
+
+    sessions: int = 0
+    attached: int = 0
+    detached: int = 0
+    events_journaled: int = 0
+    bytes_retained: int = 0
+    resumes: int = 0
+    resumes_with_replay: int = 0
+    rollbacks: int = 0
+    crashes: int = 0
+    restarts: int = 0
+    sessions_failed: int = 0
+    sessions_expired: int = 0
+    gap_errors: int = 0
+    overflow_errors: int = 0
+    invalid_tokens: int = 0
+    supervisor_takeovers: int = 0
+
+
+_SUMMED: tuple[str, ...] = (
+    "events_journaled",
+    "resumes",
+    "resumes_with_replay",
+    "rollbacks",
+    "crashes",
+    "restarts",
+    "gap_errors",
+    "overflow_errors",
+    "invalid_tokens",
+)
+
+
+# -- supervisor messages --------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Create:
+    session_id: str
+    send: SendCallable = field(repr=False)
+    close: CloseCallable = field(repr=False)
+    lease_generation: int
+    outbox: Outbox = field(repr=False)
+    reply: Reply = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Close:
+    session_id: str
+    command: Command
+    reply: Reply = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Gone:
+    session_id: str
+    actor_urn: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Sweep:
+    now: float
+    reply: Reply = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Stop:
+    reply: Reply = field(repr=False)
+
+
+class SupervisorActor(pykka.ThreadingActor):
+    """Owns the routing table of one registry. Dies on a crash; see SessionSystem."""
+
+    def __init__(self, system: SessionSystem) -> None:
+        super().__init__()
+        self._system = system
+
+    def on_start(self) -> None:
+        threading.current_thread().name = f"duplex-supervisor:{self._system.registry_id}"
+        self._system.adopt_live_sessions()
+
+    def on_receive(self, message: Any) -> Any:
+        try:
+            self._system.faults.supervisor_hit(type(message).__name__.strip("_").lower())
+            self._dispatch(message)
+        except BaseException as exc:  # noqa: BLE001 - the supervisor dies; the door takes over
+            logger.error("supervisor of registry %s crashed: %r", self._system.registry_id, exc)
+            reply = getattr(message, "reply", None)
+            if reply is not None:
+                error = SessionCrashedError("the supervisor crashed handling this call")
+                error.__cause__ = exc
+                reply.fail(error)
+            self.stop()
+        return None
+
+    def _dispatch(self, message: Any) -> None:
+        system = self._system
+        if isinstance(message, _Create):
+            system.start_session(message)
+        elif isinstance(message, _Close):
+            system.route_close(message)
+        elif isinstance(message, _Gone):
+            system.forget(message)
+        elif isinstance(message, _Sweep):
+            system.tick_all(message)
+        elif isinstance(message, _Stop):
+            system.stop_sessions(message)
+
+
+class _CountDown:
+    """Resolves ``reply`` after ``n`` answers (of any kind)."""
+
+    def __init__(self, n: int, reply: Reply) -> None:
+        self._left = n
+        self._lock = threading.Lock()
+        self._reply = reply
+        if n == 0:
+            reply.resolve(None)
+
+    def _one(self) -> None:
+        with self._lock:
+            self._left -= 1
+            done = self._left == 0
+        if done:
+            self._reply.resolve(None)
+
+    def resolve(self, value: object) -> None:
+        self._one()
+
+    def fail(self, error: BaseException) -> None:
+        self._one()
+
+
+class SessionSystem:
+    """One registry's actors, whatever the front door. Thread-safe."""
+
+    def __init__(
+        self,
+        *,
+        config: SessionConfig,
+        clock: Callable[[], float],
+        port: LoopPort,
+        restart_policy: RestartPolicy | None = None,
+        faults: FaultPlan | None = None,
+        observer: Callable[[LifecycleEvent], None] | None = None,
+    ) -> None:
+        self.registry_id = uuid.uuid4().hex[:12]
+        self.faults = faults or FaultPlan()
+        self.clock = self.faults.clock(clock) if faults is not None else clock
+        self._port = port
+        self._observer = observer
+        self._context = SessionContext(
+            registry_id=self.registry_id,
+            config=config,
+            clock=self.clock,
+            failpoints=faults if faults is not None else NO_FAILPOINTS,
+            restart_budget=restart_policy or RestartPolicy(),
+            port=port,
+            notify=self.notify,
+            owner=self,
+        )
+        # Written by the supervisor's thread (and by a session it is starting,
+        # while it waits); read by anyone without a lock (GIL-atomic).
+        self._table: dict[str, pykka.ActorRef[SessionActor]] = {}
+        # Closed through the supervisor, their counters not yet retired.
+        self._closing: dict[str, pykka.ActorRef[SessionActor]] = {}
+        # Every live session actor of this registry, by actor urn, as each
+        # registered itself on start: what a new supervisor takes over from.
+        self._actors: dict[str, SessionActor] = {}
+        self._threads: list[threading.Thread] = []
+        self._retired = dict.fromkeys(_SUMMED, 0)
+        self._failed = 0
+        self._expired = 0
+        self._takeovers = 0
+        self._closed = False
+        self._takeover_lock = threading.Lock()
+        self._supervisor: pykka.ActorRef[SupervisorActor] = SupervisorActor.start(self)
+
+    # -- the front doors' side -------------------------------------------------
+
+    def create(
+        self,
+        session_id: str,
+        *,
+        send: SendCallable,
+        close: CloseCallable,
+        lease_generation: int,
+        outbox: Outbox,
+        reply: Reply,
+    ) -> None:
+        message = _Create(
+            session_id=session_id,
+            send=send,
+            close=close,
+            lease_generation=lease_generation,
+            outbox=outbox,
+            reply=reply,
+        )
+        self._tell_supervisor(message, reply)
+
+    def call(
+        self, session_id: str, command: Command, reply: Reply, outbox: Outbox | None = None
+    ) -> None:
+        """Route ``command`` to its session; answer unknown sessions as the seed did."""
+        ref = self._table.get(session_id)
+        if ref is not None:
+            try:
+                ref.tell(Call(command=command, reply=reply, outbox=outbox))
+            except pykka.ActorDeadError:
+                pass
+            else:
+                return
+        known, answer = unknown_answer(command, session_id)
+        if known:
+            reply.resolve(answer)
+        else:
+            reply.fail(answer)  # type: ignore[arg-type]
+
+    def close(self, session_id: str, command: Command, reply: Reply) -> None:
+        self._tell_supervisor(_Close(session_id=session_id, command=command, reply=reply), reply)
+
+    def sweep(self, reply: Reply) -> None:
+        self._tell_supervisor(_Sweep(now=self.clock(), reply=reply), reply)
+
+    def shutdown(self, reply: Reply) -> None:
+        self._tell_supervisor(_Stop(reply=reply), reply)
+
+    def join(self, timeout: float | None = None) -> None:
+        """After :meth:`shutdown` answered: stop the supervisor, join every thread of ours."""
+        self._closed = True
+        with contextlib.suppress(pykka.ActorDeadError):
+            self._supervisor.stop(block=True, timeout=timeout)
+        for thread in list(self._threads):
+            thread.join(timeout)
+
+    def knows(self, session_id: str) -> bool:
+        return session_id in self._table
+
+    def session_ids(self) -> list[str]:
+        return list(self._table)
+
+    def session_actors(self) -> list[pykka.ActorRef[SessionActor]]:
+        return list(self._table.values())
+
+    def stats(self) -> RegistryStats:
+        totals = dict(self._retired)
+        attached = 0
+        bytes_retained = 0
+        refs = list(self._table.values())
+        for ref in refs:
+            counters = self._counters(ref)
+            attached += counters.attached
+            bytes_retained += counters.bytes_retained
+            for name in _SUMMED:
+                totals[name] += getattr(counters, name)
+        return RegistryStats(
+            sessions=len(refs),
+            attached=attached,
+            detached=len(refs) - attached,
+            bytes_retained=bytes_retained,
+            sessions_failed=self._failed,
+            sessions_expired=self._expired,
+            supervisor_takeovers=self._takeovers,
+            **totals,
+        )
+
+    def notify(self, event: LifecycleEvent) -> None:
+        """Hand ``event`` to the observer on the registry's loop; never raises."""
+        observer = self._observer
+        if observer is None:
+            return
+
+        def deliver() -> None:
+            try:
+                observer(event)
+            except Exception:
+                logger.exception("observer raised on a %s event", event.kind)
+
+        self._port.submit(deliver)
+
+    # -- the session actors' side (SessionOwner) ------------------------------------
+
+    def session_started(self, actor: SessionActor) -> None:
+        # Runs on the new session's thread before it answers its creator, while
+        # the supervisor waits in start_session: the entry must be routable
+        # before the creator can send anything.
+        self._actors[actor.actor_urn] = actor
+        self._table[actor.session_id] = actor.actor_ref
+        self._threads = [t for t in self._threads if t.is_alive()]
+        self._threads.append(actor.thread)
+
+    def session_gone(self, session_id: str, actor_urn: str, reason: str) -> None:
+        with contextlib.suppress(RegistryClosedError):
+            self._tell_supervisor(_Gone(session_id=session_id, actor_urn=actor_urn, reason=reason))
+
+    # -- the supervisor's side (called on its thread only) ------------------------
+
+    def start_session(self, message: _Create) -> None:
+        if self._closed:
+            message.reply.fail(RegistryClosedError("the session registry is shut down"))
+            return
+        if message.session_id in self._table:
+            message.reply.fail(DuplicateSessionError(message.session_id))
+            return
+        ref = SessionActor.start(
+            session_id=message.session_id,
+            context=self._context,
+            send=message.send,
+            close=message.close,
+            lease_generation=message.lease_generation,
+            outbox=message.outbox,
+            reply=message.reply,
+        )
+        self._table[message.session_id] = ref
+
+    def route_close(self, message: _Close) -> None:
+        # Out of the table at once, so a create of the same id right after
+        # close() returns succeeds; calls already routed are handled first.
+        ref = self._table.pop(message.session_id, None)
+        if ref is None:
+            message.reply.resolve(None)
+            return
+        self._closing[ref.actor_urn] = ref
+        try:
+            ref.tell(Call(command=message.command, reply=message.reply))
+        except pykka.ActorDeadError:
+            message.reply.resolve(None)
+
+    def forget(self, message: _Gone) -> None:
+        ref = self._closing.pop(message.actor_urn, None)
+        current = self._table.get(message.session_id)
+        if current is not None and current.actor_urn == message.actor_urn:
+            ref = self._table.pop(message.session_id)
+        if ref is not None:
+            self._retire(ref)
+        if message.reason == "failed":
+            self._failed += 1
+        elif message.reason == "expired":
+            self._expired += 1
+
+    def tick_all(self, message: _Sweep) -> None:
+        refs = list(self._table.values())
+        countdown = _CountDown(len(refs), message.reply)
+        for ref in refs:
+            try:
+                ref.tell(Call(command=Tick(now=message.now), reply=countdown, internal=True))
+            except pykka.ActorDeadError:
+                countdown.resolve(None)
+
+    def stop_sessions(self, message: _Stop) -> None:
+        self._closed = True
+        refs = list(self._table.values())
+        countdown = _CountDown(len(refs), message.reply)
+        for ref in refs:
+            try:
+                ref.tell(Shutdown(reply=countdown))
+            except pykka.ActorDeadError:
+                countdown.resolve(None)
+
+    def adopt_live_sessions(self) -> None:
+        """Take the routing over from the live session actors of this registry.
+
+        A session whose create the last supervisor started but never entered
+        in the table is entered now; one that died meanwhile is dropped.
+        """
+        for actor in list(self._actors.values()):
+            ref = actor.actor_ref
+            if ref.is_alive() and actor.session_id not in self._table:
+                self._table[actor.session_id] = ref
+        for session_id, ref in list(self._table.items()):
+            if not ref.is_alive():
+                del self._table[session_id]
+
+    # -- internals -----------------------------------------------------------------
+
+    def _counters(self, ref: pykka.ActorRef[SessionActor]) -> SessionCounters:
+        actor = self._actors.get(ref.actor_urn)
+        return actor.counters if actor is not None else _NO_COUNTERS
+
+    def _retire(self, ref: pykka.ActorRef[SessionActor]) -> None:
+        counters = self._counters(ref)
+        self._actors.pop(ref.actor_urn, None)
+        for name in _SUMMED:
+            self._retired[name] += getattr(counters, name)
+
+    def _tell_supervisor(self, message: object, reply: Reply | None = None) -> None:
+        for _ in range(2):
+            try:
+                self._supervisor.tell(message)
+            except pykka.ActorDeadError:
+                if not self._take_over() and reply is not None:
+                    reply.fail(RegistryClosedError("the session registry is shut down"))
+                    return
+            else:
+                return
+
+    def _take_over(self) -> bool:
+        """Start a new supervisor if ours died (and we are not shutting down)."""
+        with self._takeover_lock:
+            if self._supervisor.is_alive():
+                return True
+            if self._closed:
+                return False
+            logger.warning("supervisor of registry %s died; taking over", self.registry_id)
+            self._takeovers += 1
+            self._supervisor = SupervisorActor.start(self)
+            return True
+
+
+_NO_COUNTERS = SessionCounters()
