@@ -40,7 +40,7 @@ from actors.messages import (
     Tick,
 )
 from actors.ports import LoopPort, Outbox, Reply
-from actors.session import Call, SessionActor, SessionContext, SessionCounters, Shutdown
+from actors.session import Call, SessionActor, SessionContext, Shutdown
 from actors.state import NO_FAILPOINTS, SessionConfig
 from supervisor.faults import FaultPlan
 from supervisor.policy import RestartPolicy
@@ -240,6 +240,7 @@ class SessionSystem:
         # Every live session actor of this registry, by actor urn, as each
         # registered itself on start: what a new supervisor takes over from.
         self._actors: dict[str, SessionActor] = {}
+        self._stats_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._retired = dict.fromkeys(_SUMMED, 0)
         self._failed = 0
@@ -316,20 +317,24 @@ class SessionSystem:
         return list(self._table.values())
 
     def stats(self) -> RegistryStats:
-        totals = dict(self._retired)
         attached = 0
         bytes_retained = 0
-        refs = list(self._table.values())
-        for ref in refs:
-            counters = self._counters(ref)
+        sessions = len(self._table)
+        # Counters move from a live actor to the retired totals under this
+        # lock, so a read never misses or double counts a session that left.
+        with self._stats_lock:
+            totals = dict(self._retired)
+            actors = list(self._actors.values())
+        for actor in actors:
+            counters = actor.counters
             attached += counters.attached
             bytes_retained += counters.bytes_retained
             for name in _SUMMED:
                 totals[name] += getattr(counters, name)
         return RegistryStats(
-            sessions=len(refs),
+            sessions=sessions,
             attached=attached,
-            detached=len(refs) - attached,
+            detached=max(0, sessions - attached),
             bytes_retained=bytes_retained,
             sessions_failed=self._failed,
             sessions_expired=self._expired,
@@ -357,7 +362,8 @@ class SessionSystem:
         # Runs on the new session's thread before it answers its creator, while
         # the supervisor waits in start_session: the entry must be routable
         # before the creator can send anything.
-        self._actors[actor.actor_urn] = actor
+        with self._stats_lock:
+            self._actors[actor.actor_urn] = actor
         self._table[actor.session_id] = actor.actor_ref
         self._threads = [t for t in self._threads if t.is_alive()]
         self._threads.append(actor.thread)
@@ -446,15 +452,12 @@ class SessionSystem:
 
     # -- internals -----------------------------------------------------------------
 
-    def _counters(self, ref: pykka.ActorRef[SessionActor]) -> SessionCounters:
-        actor = self._actors.get(ref.actor_urn)
-        return actor.counters if actor is not None else _NO_COUNTERS
-
     def _retire(self, ref: pykka.ActorRef[SessionActor]) -> None:
-        counters = self._counters(ref)
-        self._actors.pop(ref.actor_urn, None)
-        for name in _SUMMED:
-            self._retired[name] += getattr(counters, name)
+        with self._stats_lock:
+            actor = self._actors.pop(ref.actor_urn, None)
+            if actor is not None:
+                for name in _SUMMED:
+                    self._retired[name] += getattr(actor.counters, name)
 
     def _tell_supervisor(self, message: object, reply: Reply | None = None) -> None:
         for _ in range(2):
@@ -478,6 +481,3 @@ class SessionSystem:
             self._takeovers += 1
             self._supervisor = SupervisorActor.start(self)
             return True
-
-
-_NO_COUNTERS = SessionCounters()

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from actors.errors import RegistryClosedError
+from actors.errors import RegistryClosedError, SessionCrashedError
 from actors.journal import JournalEntry
 from actors.messages import (
     Acknowledge,
@@ -202,6 +202,7 @@ class ThreadSessionRegistry:
         observer: Callable[[LifecycleEvent], None] | None = None,
         strict: bool = True,
         timeout: float | None = 30.0,
+        sweep_interval_s: float | None = 1.0,
     ) -> None:
         config = SessionConfig(
             replay_ttl_s=replay_ttl_s,
@@ -223,6 +224,16 @@ class ThreadSessionRegistry:
         )
         self._closed = False
         self._outbox_threads: list[threading.Thread] = []
+        # Journals prune by TTL, and grace expires, even for idle sessions.
+        self._ticker_stop = threading.Event()
+        self._ticker: threading.Thread | None = None
+        if sweep_interval_s is not None:
+            if not sweep_interval_s > 0:
+                raise ValueError("sweep_interval_s must be positive (or None: sweep() only)")
+            self._ticker = threading.Thread(
+                target=self._tick, args=(sweep_interval_s,), name="duplex-ticker", daemon=True
+            )
+            self._ticker.start()
 
     def __enter__(self) -> ThreadSessionRegistry:
         return self
@@ -440,6 +451,11 @@ class ThreadSessionRegistry:
         self._system.sweep(reply)
         reply.wait(timeout if timeout is not None else self._timeout)
 
+    def _tick(self, interval: float) -> None:
+        while not self._ticker_stop.wait(interval):
+            # Fire and forget: a slow sweep must not pile up behind itself.
+            self._system.sweep(NO_WAITER)
+
     def stats(self) -> RegistryStats:
         return self._system.stats()
 
@@ -451,10 +467,21 @@ class ThreadSessionRegistry:
         if self._closed:
             return
         self._closed = True
-        reply = ThreadReply()
-        self._system.shutdown(reply)
+        self._ticker_stop.set()
+        if self._ticker is not None:
+            self._ticker.join(timeout)
         try:
-            reply.wait(timeout)
+            # A supervisor that dies on the stop is replaced; stop again.
+            for attempt in range(3):
+                reply = ThreadReply()
+                self._system.shutdown(reply)
+                try:
+                    reply.wait(timeout)
+                except SessionCrashedError:
+                    if attempt == 2:
+                        raise
+                else:
+                    break
         finally:
             self._system.join(timeout)
             for thread in self._outbox_threads:
