@@ -121,7 +121,12 @@ def _decode_value(name: str, value: object) -> object:
 
 
 def from_dict(data: Mapping[str, object], **bindings: object) -> Any:
-    """Decode what :func:`to_dict` made; ``bindings`` supply the local fields."""
+    """Decode what :func:`to_dict` made; ``bindings`` supply the local fields.
+
+    A binding also stands in for a field whose encoded message has local
+    fields of its own, which a nested decode could not supply: a
+    :class:`~actors.messages.ResumeResult`'s ``replaced_attachment``.
+    """
     if not isinstance(data, Mapping):
         raise CodecError("a message must be a JSON object")
     kind = data.get("type")
@@ -130,9 +135,12 @@ def from_dict(data: Mapping[str, object], **bindings: object) -> Any:
         raise CodecError("unknown message type")
     kwargs: dict[str, object] = {}
     for f in dataclasses.fields(cls):
+        if f.name in bindings:
+            # A local field, or one holding a message with local fields of its
+            # own (ResumeResult.replaced_attachment): only the caller has it.
+            kwargs[f.name] = bindings[f.name]
+            continue
         if f.metadata.get("local"):
-            if f.name in bindings:
-                kwargs[f.name] = bindings[f.name]
             continue
         if f.name not in data:
             continue
@@ -147,7 +155,7 @@ def from_dict(data: Mapping[str, object], **bindings: object) -> Any:
         kwargs[f.name] = value
     unknown = set(bindings) - {f.name for f in dataclasses.fields(cls)}
     if unknown:
-        raise CodecError(f"bindings name no local field of {cls.__name__}: {sorted(unknown)}")
+        raise CodecError(f"bindings name no field of {cls.__name__}: {sorted(unknown)}")
     try:
         return cls(**kwargs)
     except TypeError as exc:

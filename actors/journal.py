@@ -335,11 +335,15 @@ class EventJournal:
         """Undo everything since ``snapshot`` (which must be the latest taken)."""
         if self._undo is None:
             raise RuntimeError("restore() without a snapshot()")
-        appended = self._next_sequence - snapshot.next_sequence
-        for _ in range(appended):
+        # Entries recorded since the snapshot may have been dropped again
+        # since (recorded, then acknowledged): remove only those still held,
+        # and put back only the dropped entries the snapshot held.
+        while self._entries and self._entries[-1].sequence >= snapshot.next_sequence:
             self._entries.pop()
         while self._undo:
-            self._entries.appendleft(self._undo.pop())
+            entry = self._undo.pop()
+            if entry.sequence < snapshot.next_sequence:
+                self._entries.appendleft(entry)
         self._next_sequence = snapshot.next_sequence
         self._dropped_through = snapshot.dropped_through
         self._drop_runs = list(snapshot.drop_runs)

@@ -368,13 +368,14 @@ class SessionActor(pykka.ThreadingActor):
         name = type(call.command).__name__
         error = SessionCrashedError(f"session {self.session_id} crashed handling {name}")
         error.__cause__ = exc
-        call.reply.fail(error)
+        # Counted before the caller hears of it, so its next stats() shows it.
         self.counters.crashes += 1
         logger.warning(
             "session %s crashed handling %s (%s)", self.session_id, name, type(exc).__name__
         )
         now = self._context.clock()
         self._crash_times.append(now)
+        call.reply.fail(error)
         state = self._state
         assert state is not None  # noqa: S101
         try:

@@ -204,6 +204,32 @@ class _CountDown:
         self._one()
 
 
+class _CloseReply:
+    """A close's reply: on a crash, put the session back in the table first."""
+
+    __slots__ = ("_ref", "_reply", "_session_id", "_system")
+
+    def __init__(
+        self,
+        system: SessionSystem,
+        session_id: str,
+        ref: pykka.ActorRef[SessionActor],
+        reply: Reply,
+    ) -> None:
+        self._system = system
+        self._session_id = session_id
+        self._ref = ref
+        self._reply = reply
+
+    def resolve(self, value: object) -> None:
+        self._reply.resolve(value)
+
+    def fail(self, error: BaseException) -> None:
+        if isinstance(error, SessionCrashedError):
+            self._system.reopen(self._session_id, self._ref)
+        self._reply.fail(error)
+
+
 class SessionSystem:
     """One registry's actors, whatever the front door. Thread-safe."""
 
@@ -400,8 +426,9 @@ class SessionSystem:
             message.reply.resolve(None)
             return
         self._closing[ref.actor_urn] = ref
+        reply = _CloseReply(self, message.session_id, ref, message.reply)
         try:
-            ref.tell(Call(command=message.command, reply=message.reply))
+            ref.tell(Call(command=message.command, reply=reply))
         except pykka.ActorDeadError:
             message.reply.resolve(None)
 
@@ -435,6 +462,16 @@ class SessionSystem:
                 ref.tell(Shutdown(reply=countdown))
             except pykka.ActorDeadError:
                 countdown.resolve(None)
+
+    def reopen(self, session_id: str, ref: pykka.ActorRef[SessionActor]) -> None:
+        """A close that crashed never happened: route the session again.
+
+        Called on the session's thread before the close's caller is answered,
+        so the caller finds the session where it left it. If a new session
+        took the id meanwhile, the old one stays in ``_closing``.
+        """
+        if self._table.setdefault(session_id, ref) is ref:
+            self._closing.pop(ref.actor_urn, None)
 
     def adopt_live_sessions(self) -> None:
         """Take the routing over from the live session actors of this registry.

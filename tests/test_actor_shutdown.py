@@ -1,0 +1,62 @@
+"""Shutdown leaves no thread of ours behind and refuses later calls."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from actors.errors import RegistryClosedError
+from supervisor.threads import ThreadSessionRegistry
+from tests.test_actor_support import WAIT, Background, FakeClock, Wire
+
+
+def _ours() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("duplex-")]
+
+
+def test_shutdown_joins_every_thread_and_answers_callers() -> None:
+    reg = ThreadSessionRegistry(
+        replay_ttl_s=60, replay_max_bytes_per_session=1 << 20, clock=FakeClock(), timeout=WAIT
+    )
+    release = threading.Event()
+    entered = threading.Event()
+
+    def stuck_send(frame: dict[str, object]) -> None:
+        entered.set()
+        release.wait(WAIT)
+
+    for n in range(5):
+        wire = Wire()
+        reg.create(f"s{n}", send=wire.send, close=wire.close)
+        reg.send_event(f"s{n}", {"n": n})
+    reg.create("stuck", send=stuck_send, close=lambda r: None)
+    blocked = Background(lambda: reg.send_event("stuck", {"n": "x"}))
+    assert entered.wait(WAIT)
+    assert any(name.startswith("duplex-session:") for name in _ours())
+    stopper = Background(lambda: reg.shutdown(timeout=WAIT))
+    with pytest.raises(RegistryClosedError):
+        reg.send_event("s0", {"n": 1})
+    with pytest.raises(RegistryClosedError):
+        reg.create("new", send=Wire().send, close=lambda r: None)
+    release.set()
+    stopper.result()
+    blocked.result()  # its frame went out once the send returned
+    assert _ours() == []
+    with pytest.raises(RegistryClosedError):
+        reg.has_attachment("s1")
+    with pytest.raises(RegistryClosedError):
+        reg.send_event_nowait("s1", {"n": 1})
+    with pytest.raises(RegistryClosedError):
+        reg.close("s1")
+
+
+def test_shutdown_answers_a_caller_queued_behind_a_busy_session() -> None:
+    reg = ThreadSessionRegistry(
+        replay_ttl_s=60, replay_max_bytes_per_session=1 << 20, clock=FakeClock(), timeout=WAIT
+    )
+    reg.create("s", send=Wire().send, close=lambda r: None)
+    reg.shutdown(timeout=WAIT)
+    assert _ours() == []
+    with pytest.raises(RegistryClosedError):
+        reg.send_event("s", {"n": 1})

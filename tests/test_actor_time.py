@@ -1,0 +1,68 @@
+"""TTL and disconnect grace, driven by an injected clock and sweep()."""
+
+from __future__ import annotations
+
+import pytest
+
+from actors.errors import JournalGapError
+from tests.test_actor_support import Events, FakeClock, Wire, registry, settle
+
+
+def test_ttl_sweep_prunes_an_idle_session() -> None:
+    clock = FakeClock()
+    with registry(clock=clock, replay_ttl_s=30) as reg:
+        created = reg.create("s", send=Wire().send, close=lambda r: None)
+        reg.send_events("s", [{"n": 1}, {"n": 2}, {"n": 3}])
+        assert reg.stats().bytes_retained > 0
+        clock.now += 29
+        reg.sweep()
+        assert reg.stats().bytes_retained > 0
+        clock.now += 2
+        reg.sweep()
+        assert reg.stats().bytes_retained == 0
+        with pytest.raises(JournalGapError) as info:
+            reg.authenticate_resume(
+                "s", resume_token=created.resume_token.plaintext, last_received_server_event_seq=0
+            )
+        assert info.value.reason == "ttl"
+
+
+def test_grace_expiry_closes_a_detached_session() -> None:
+    clock = FakeClock()
+    events = Events()
+    with registry(clock=clock, observer=events, disconnect_grace_s=10) as reg:
+        reg.create("s", send=Wire().send, close=lambda r: None)
+        reg.create("kept", send=Wire().send, close=lambda r: None)
+        assert reg.detach("s") is True
+        clock.now += 9.5
+        reg.sweep()
+        assert reg.has_attachment("kept") is True
+        assert reg.session_ids().count("s") == 1
+        clock.now += 0.5
+        reg.sweep()
+        events.wait_for("expired", "s")
+        settle(reg, "s")
+        assert reg.has_attachment("s") is False
+        with pytest.raises(KeyError):
+            reg.send_event("s", {"n": 1})
+        assert reg.stats().sessions_expired == 1
+        assert reg.has_attachment("kept") is True
+
+
+def test_no_expiry_while_a_resume_is_pending() -> None:
+    clock = FakeClock()
+    events = Events()
+    with registry(clock=clock, observer=events, disconnect_grace_s=10) as reg:
+        reg.create("s", send=Wire().send, close=lambda r: None)
+        reg.detach("s")
+        reg.begin_resume("s")
+        clock.now += 100
+        reg.sweep()
+        entry = reg.send_event("s", {"n": 1})
+        assert entry is not None
+        assert "expired" not in events.kinds("s")
+        reg.end_resume("s")
+        reg.sweep()
+        events.wait_for("expired", "s")
+        settle(reg, "s")
+        assert reg.stats().sessions_expired == 1

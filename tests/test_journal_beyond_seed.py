@@ -1,0 +1,254 @@
+"""EventJournal beyond the seed: count cap, typed gaps, json_bytes, batches, strict mode, undo."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pytest
+
+from actors import journal as journal_module
+from actors.errors import (
+    InvalidPayloadError,
+    InvalidSequenceError,
+    JournalGapError,
+    JournalOverflowError,
+    SessionError,
+)
+from actors.journal import EventJournal
+from tests.helpers import FakeClock, make_journal, sequences
+
+
+def test_max_events_caps_the_count_and_overflows_stickily() -> None:
+    journal = make_journal(max_events=2)
+    journal.record({})
+    journal.record({})
+    with pytest.raises(JournalOverflowError, match="event limit exceeded: 3 > 2"):
+        journal.record({})
+    assert journal.overflowed
+    assert journal.last_sequence == 2
+    journal.acknowledge(2)
+    with pytest.raises(JournalOverflowError):
+        journal.record({})
+
+
+def test_gap_error_reports_ttl_reason_and_boundaries() -> None:
+    clock = FakeClock(0.0)
+    journal = make_journal(clock, ttl_s=5.0)
+    for _ in range(3):
+        journal.record({})
+    clock.now = 5.0
+    journal.record({})
+    with pytest.raises(JournalGapError) as info:
+        journal.replay_after(1)
+    gap = info.value
+    assert (gap.requested, gap.first_retained, gap.head, gap.reason) == (1, 4, 4, "ttl")
+    assert isinstance(gap, SessionError)
+
+
+def test_gap_error_reports_acknowledged_reason() -> None:
+    journal = make_journal()
+    for _ in range(3):
+        journal.record({})
+    journal.acknowledge(3)
+    with pytest.raises(JournalGapError) as info:
+        journal.replay_after(0)
+    gap = info.value
+    assert (gap.requested, gap.first_retained, gap.head, gap.reason) == (0, 4, 3, "acknowledged")
+
+
+def test_gap_error_reports_overflow_reason() -> None:
+    journal = make_journal(max_bytes=30)
+    journal.record({})
+    with pytest.raises(JournalOverflowError):
+        journal.record({"a": "b" * 20})
+    with pytest.raises(JournalGapError) as info:
+        journal.replay_after(1)
+    assert info.value.reason == "overflow"
+    assert (info.value.first_retained, info.value.head) == (1, 1)
+
+
+def test_gap_reason_names_what_dropped_the_first_missing_event() -> None:
+    clock = FakeClock(0.0)
+    journal = make_journal(clock, ttl_s=5.0)
+    journal.record({})  # 1, expires
+    clock.now = 3.0
+    journal.record({})  # 2, acknowledged
+    journal.record({})  # 3
+    clock.now = 5.0
+    journal.prune()
+    journal.acknowledge(2)
+    for requested, reason in ((0, "ttl"), (1, "acknowledged")):
+        with pytest.raises(JournalGapError) as info:
+            journal.replay_after(requested)
+        assert info.value.reason == reason
+
+
+def test_json_bytes_is_the_measured_encoding_without_encoding_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    entry = make_journal().record({"text": "héllo", "n": [1, 2.5, None]})
+    expected = '{"text":"héllo","n":[1,2.5,null],"server_event_seq":1}'.encode()
+
+    def no_encoding(*args: object, **kwargs: object) -> bytes:
+        raise AssertionError("json_bytes encoded the payload again")
+
+    monkeypatch.setattr(journal_module, "_dumps", no_encoding)
+    assert entry.json_bytes() == expected
+    assert len(entry.json_bytes()) == entry.encoded_bytes
+    assert json.loads(entry.json_bytes()) == dict(entry.payload)
+
+
+def test_record_many_assigns_consecutive_sequences_at_one_time() -> None:
+    clock = FakeClock(7.0)
+    journal = make_journal(clock)
+    journal.record({})
+    entries = journal.record_many([{"a": 1}, {"b": 2}, {"c": 3}])
+    assert sequences(entries) == [2, 3, 4]
+    assert {entry.created_monotonic for entry in entries} == {7.0}
+    assert [entry.payload["server_event_seq"] for entry in entries] == [2, 3, 4]
+
+
+def test_record_many_with_one_invalid_payload_records_nothing() -> None:
+    journal = make_journal(strict=True)
+    journal.record({})
+    with pytest.raises(InvalidPayloadError):
+        journal.record_many([{"ok": 1}, {"bad": math.nan}, {"ok": 2}])
+    assert journal.last_sequence == 1
+    assert len(journal) == 1
+    assert journal.record({}).sequence == 2
+
+
+@pytest.mark.parametrize(("max_bytes", "max_events"), [(100, None), (10_000, 3)])
+def test_record_many_over_a_cap_records_nothing_and_overflows(
+    max_bytes: int, max_events: int | None
+) -> None:
+    journal = make_journal(max_bytes=max_bytes, max_events=max_events)
+    journal.record({})
+    with pytest.raises(JournalOverflowError):
+        journal.record_many([{"a": "x" * 20}, {"a": "y" * 20}, {"a": "z" * 20}])
+    assert journal.last_sequence == 1
+    assert len(journal) == 1
+    assert journal.overflowed
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"x": math.nan},
+        {"x": math.inf},
+        {"x": -math.inf},
+        {1: "int key"},
+        {"nested": {2: "int key"}},
+        {"nested": [{"deep": {None: 1}}]},
+        [("a", 1)],
+        {"x": {1, 2}},
+        "not a mapping",
+    ],
+    ids=["nan", "inf", "-inf", "int-key", "nested-int-key", "deep-none-key", "pairs", "set", "str"],
+)
+def test_strict_rejects_non_json_payloads_without_consuming_a_sequence(payload: Any) -> None:
+    journal = make_journal(strict=True)
+    journal.record({})
+    before = journal.retained_bytes
+    with pytest.raises(InvalidPayloadError) as info:
+        journal.record(payload)
+    assert isinstance(info.value, TypeError) and isinstance(info.value, ValueError)
+    assert journal.last_sequence == 1
+    assert journal.retained_bytes == before
+    assert not journal.overflowed
+    assert journal.record({}).sequence == 2
+
+
+@pytest.mark.parametrize("sequence", [True, False, "1", 1.0, None])
+def test_strict_rejects_non_int_sequences_for_ack_and_replay(sequence: Any) -> None:
+    journal = make_journal(strict=True)
+    journal.record({})
+    with pytest.raises(InvalidSequenceError):
+        journal.acknowledge(sequence)
+    with pytest.raises(InvalidSequenceError):
+        journal.replay_after(sequence)
+    assert len(journal) == 1
+    assert journal.record({}).sequence == 2
+
+
+@pytest.mark.parametrize(
+    ("payload", "encoded"),
+    [
+        ({"x": math.nan}, b'{"x":NaN,"server_event_seq":1}'),
+        ({1: "one"}, b'{"1":"one","server_event_seq":1}'),
+        ([("a", 1), ("b", 2)], b'{"a":1,"b":2,"server_event_seq":1}'),
+    ],
+    ids=["nan", "int-key", "pairs"],
+)
+def test_lenient_records_what_the_seed_recorded(payload: Any, encoded: bytes) -> None:
+    journal = make_journal()
+    assert journal.record(payload).json_bytes() == encoded
+    assert journal.acknowledge(True) == 1  # bool sequences too
+
+
+def test_first_retained_sequence_is_head_plus_one_when_empty() -> None:
+    journal = make_journal()
+    assert journal.first_retained_sequence == 1
+    journal.record({})
+    journal.record({})
+    assert journal.first_retained_sequence == 1
+    journal.acknowledge(2)
+    assert journal.first_retained_sequence == 3
+
+
+def _observe(journal: EventJournal) -> tuple[object, ...]:
+    entries = journal.replay_after(journal.first_retained_sequence - 1)
+    return (
+        journal.last_sequence,
+        journal.retained_bytes,
+        journal.overflowed,
+        [(e.sequence, dict(e.payload)) for e in entries],
+    )
+
+
+def test_restore_undoes_records_acks_and_prunes() -> None:
+    clock = FakeClock(0.0)
+    journal = make_journal(clock, ttl_s=5.0)
+    for n in range(4):
+        journal.record({"n": n})
+    clock.now = 2.0
+    journal.record({"n": 4})
+    before = _observe(journal)
+    snap = journal.snapshot()
+    journal.acknowledge(2)
+    clock.now = 5.0
+    journal.record({"n": 5})  # prunes 3 and 4 by TTL first
+    journal.restore(snap)
+    clock.now = 2.0
+    assert _observe(journal) == before
+    journal.check_invariants()
+
+
+def test_restore_undoes_an_entry_recorded_and_then_dropped() -> None:
+    journal = make_journal()
+    journal.record({"n": 1})
+    before = _observe(journal)
+    snap = journal.snapshot()
+    journal.record({"n": 2})
+    journal.acknowledge(2)
+    journal.restore(snap)
+    journal.check_invariants()
+    assert _observe(journal) == before
+
+
+def test_restore_without_a_snapshot_is_refused() -> None:
+    journal = make_journal()
+    other = make_journal()
+    with pytest.raises(RuntimeError, match="without a snapshot"):
+        journal.restore(other.snapshot())
+
+
+def test_check_invariants_detects_corrupted_byte_count() -> None:
+    journal = make_journal()
+    journal.record({})
+    journal.check_invariants()
+    journal._retained_bytes += 1
+    with pytest.raises(AssertionError, match="retained_bytes"):
+        journal.check_invariants()
