@@ -44,6 +44,7 @@ from actors.messages import (
     Deliver,
     EventAccepted,
     LifecycleEvent,
+    LifecycleKind,
     Notify,
     Resume,
     ResumeResult,
@@ -389,19 +390,22 @@ class SessionActor(pykka.ThreadingActor):
             return False
         self.incarnation += 1
         self.counters.restarts += 1
-        self._context.notify(
-            LifecycleEvent(
-                kind="restarted",
-                session_id=self.session_id,
-                attachment_generation=state.attachment_generation,
-                lease_generation=state.lease_generation,
-                reason=name,
-            )
-        )
+        self._announce(state, "restarted", name)
         delay = self._context.restart_budget.backoff_s_for(len(self._crash_times))
         if delay > 0:
             self.actor_stopped.wait(delay)
         return True
+
+    def _announce(self, state: SessionState, kind: LifecycleKind, reason: str) -> None:
+        self._context.notify(
+            LifecycleEvent(
+                kind=kind,
+                session_id=self.session_id,
+                attachment_generation=state.attachment_generation,
+                lease_generation=state.lease_generation,
+                reason=reason,
+            )
+        )
 
     def _fail(self, reason: str) -> None:
         state = self._state
@@ -411,30 +415,14 @@ class SessionActor(pykka.ThreadingActor):
             outbox = self._outboxes.pop(attachment.generation, None)
             if outbox is not None:
                 outbox.close_transport(reason)
-        self._context.notify(
-            LifecycleEvent(
-                kind="failed",
-                session_id=self.session_id,
-                attachment_generation=state.attachment_generation,
-                lease_generation=state.lease_generation,
-                reason=reason,
-            )
-        )
+        self._announce(state, "failed", reason)
         failure = SessionFailedError(f"session {self.session_id} failed and was closed")
         self._leave("failed", answer=lambda call: call.reply.fail(failure))
 
     def _expire(self) -> None:
         state = self._state
         assert state is not None  # noqa: S101
-        self._context.notify(
-            LifecycleEvent(
-                kind="expired",
-                session_id=self.session_id,
-                attachment_generation=state.attachment_generation,
-                lease_generation=state.lease_generation,
-                reason="disconnect_grace",
-            )
-        )
+        self._announce(state, "expired", "disconnect_grace")
         self._closing_reason = "expired"
         self._run(Call(command=Close(), reply=_NO_REPLY, internal=True))
 
