@@ -258,8 +258,8 @@ class SessionSystem:
             notify=self.notify,
             owner=self,
         )
-        # Written by the supervisor's thread (and by a session it is starting,
-        # while it waits); read by anyone without a lock (GIL-atomic).
+        # Written by the supervisor's thread (and by a session it started, on
+        # its first step); read by anyone without a lock (GIL-atomic).
         self._table: dict[str, pykka.ActorRef[SessionActor]] = {}
         # Closed through the supervisor, their counters not yet retired.
         self._closing: dict[str, pykka.ActorRef[SessionActor]] = {}
@@ -385,9 +385,10 @@ class SessionSystem:
     # -- the session actors' side (SessionOwner) ------------------------------------
 
     def session_started(self, actor: SessionActor) -> None:
-        # Runs on the new session's thread before it answers its creator, while
-        # the supervisor waits in start_session: the entry must be routable
-        # before the creator can send anything.
+        # Runs on the new session's thread before it answers its creator, so the
+        # creator can route to it at once. start_session writes the same entry
+        # on the supervisor's thread before its next message, so a second create
+        # of this id is refused even if this has not run yet.
         with self._stats_lock:
             self._actors[actor.actor_urn] = actor
         self._table[actor.session_id] = actor.actor_ref
@@ -445,23 +446,12 @@ class SessionSystem:
             self._expired += 1
 
     def tick_all(self, message: _Sweep) -> None:
-        refs = list(self._table.values())
-        countdown = _CountDown(len(refs), message.reply)
-        for ref in refs:
-            try:
-                ref.tell(Call(command=Tick(now=message.now), reply=countdown, internal=True))
-            except pykka.ActorDeadError:
-                countdown.resolve(None)
+        tick = Tick(now=message.now)
+        self._broadcast(lambda done: Call(command=tick, reply=done, internal=True), message.reply)
 
     def stop_sessions(self, message: _Stop) -> None:
         self._closed = True
-        refs = list(self._table.values())
-        countdown = _CountDown(len(refs), message.reply)
-        for ref in refs:
-            try:
-                ref.tell(Shutdown(reply=countdown))
-            except pykka.ActorDeadError:
-                countdown.resolve(None)
+        self._broadcast(lambda done: Shutdown(reply=done), message.reply)
 
     def reopen(self, session_id: str, ref: pykka.ActorRef[SessionActor]) -> None:
         """A close that crashed never happened: route the session again.
@@ -488,6 +478,16 @@ class SessionSystem:
                 del self._table[session_id]
 
     # -- internals -----------------------------------------------------------------
+
+    def _broadcast(self, mail_for: Callable[[Reply], object], reply: Reply) -> None:
+        """Send every routed session ``mail_for(done)``; answer ``reply`` once all did."""
+        refs = list(self._table.values())
+        countdown = _CountDown(len(refs), reply)
+        for ref in refs:
+            try:
+                ref.tell(mail_for(countdown))
+            except pykka.ActorDeadError:
+                countdown.resolve(None)
 
     def _retire(self, ref: pykka.ActorRef[SessionActor]) -> None:
         with self._stats_lock:

@@ -262,12 +262,19 @@ class ThreadSessionRegistry:
         self._outbox_threads.append(outbox.thread)
         return outbox
 
-    def _ask(self, session_id: str, command: Command, timeout: float | None = None) -> Any:
+    def _open_reply(self) -> ThreadReply:
+        """A reply for one call, or RegistryClosedError once shut down."""
         if self._closed:
             raise RegistryClosedError("the session registry is shut down")
-        reply = ThreadReply()
-        self._system.call(session_id, command, reply)
+        return ThreadReply()
+
+    def _wait(self, reply: ThreadReply, timeout: float | None) -> Any:
         return reply.wait(timeout if timeout is not None else self._timeout)
+
+    def _ask(self, session_id: str, command: Command, timeout: float | None = None) -> Any:
+        reply = self._open_reply()
+        self._system.call(session_id, command, reply)
+        return self._wait(reply, timeout)
 
     # -- the seed's methods ------------------------------------------------------
 
@@ -281,9 +288,7 @@ class ThreadSessionRegistry:
         timeout: float | None = None,
     ) -> SessionCreated:
         check_session_id(session_id, strict=self._strict)
-        if self._closed:
-            raise RegistryClosedError("the session registry is shut down")
-        reply = ThreadReply()
+        reply = self._open_reply()
         outbox = self._outbox(session_id, 1, send, close)
         self._system.create(
             session_id,
@@ -294,7 +299,7 @@ class ThreadSessionRegistry:
             reply=reply,
         )
         try:
-            created: SessionCreated = reply.wait(timeout if timeout is not None else self._timeout)
+            created: SessionCreated = self._wait(reply, timeout)
         except BaseException:
             outbox.retire("create_failed")
             raise
@@ -317,8 +322,7 @@ class ThreadSessionRegistry:
         self, session_id: str, payload: Mapping[str, object], *, journal: bool = True
     ) -> None:
         """Queue an event and return at once; failures go to the observer and the log."""
-        if self._closed:
-            raise RegistryClosedError("the session registry is shut down")
+        self._open_reply()
         if not self._system.knows(session_id):
             raise KeyError(f"unknown duplex attachment session: {session_id}")
         self._system.call(session_id, SendEvent(payload=payload, journal=journal), NO_WAITER)
@@ -411,8 +415,7 @@ class ThreadSessionRegistry:
         lease_generation: int | None = None,
         timeout: float | None = None,
     ) -> ResumeResult:
-        if self._closed:
-            raise RegistryClosedError("the session registry is shut down")
+        reply = self._open_reply()
         command = Resume(
             resume_token=resume_token,
             last_received_server_event_seq=last_received_server_event_seq,
@@ -421,35 +424,30 @@ class ThreadSessionRegistry:
             activation_payload_factory=activation_payload_factory,
             lease_generation=lease_generation,
         )
-        reply = ThreadReply()
         # The outbox's generation is only known once the session answers; the
         # name is for humans, so the next generation is a fair guess.
         outbox = self._outbox(session_id, 0, send, close)
         self._system.call(session_id, command, reply, outbox)
         try:
-            result: ResumeResult = reply.wait(timeout if timeout is not None else self._timeout)
+            result: ResumeResult = self._wait(reply, timeout)
         except BaseException:
             outbox.retire("resume_failed")
             raise
         return result
 
     def close(self, session_id: str, *, timeout: float | None = None) -> TransportAttachment | None:
-        if self._closed:
-            raise RegistryClosedError("the session registry is shut down")
-        reply = ThreadReply()
+        reply = self._open_reply()
         self._system.close(session_id, Close(), reply)
-        attachment: TransportAttachment | None = reply.wait(
-            timeout if timeout is not None else self._timeout
-        )
+        attachment: TransportAttachment | None = self._wait(reply, timeout)
         return attachment
 
     # -- beyond the seed -----------------------------------------------------------
 
     def sweep(self, *, timeout: float | None = None) -> None:
         """Tick every session now: TTL pruning and disconnect grace, at once."""
-        reply = ThreadReply()
+        reply = self._open_reply()
         self._system.sweep(reply)
-        reply.wait(timeout if timeout is not None else self._timeout)
+        self._wait(reply, timeout)
 
     def _tick(self, interval: float) -> None:
         while not self._ticker_stop.wait(interval):
