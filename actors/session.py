@@ -33,6 +33,7 @@ from actors.errors import (
     RegistryClosedError,
     SessionCrashedError,
     SessionFailedError,
+    UnknownSessionError,
 )
 from actors.messages import (
     Activate,
@@ -42,14 +43,19 @@ from actors.messages import (
     CloseCallable,
     Command,
     Deliver,
+    EndResume,
     EventAccepted,
+    HasAttachment,
+    IsCurrentAttachment,
     LifecycleEvent,
     LifecycleKind,
     Notify,
+    ReleaseAttachment,
     Resume,
     ResumeResult,
     RetireAttachment,
     SendCallable,
+    SettleLeaseGeneration,
     TickResult,
 )
 from actors.ports import Delivery, LoopPort, Outbox, Reply, RestartBudget
@@ -64,12 +70,33 @@ __all__ = [
     "SessionCounters",
     "SessionOwner",
     "Shutdown",
+    "answer_unknown",
 ]
 
 logger = logging.getLogger("duplex_supervisor.actors")
 
 #: Every session thread is named ``THREAD_NAME_PREFIX + session_id``.
 THREAD_NAME_PREFIX = "duplex-session:"
+
+
+#: The seed answered these commands for an unknown session with a plain value;
+#: every other command raised ``KeyError``.
+_UNKNOWN_ANSWERS: dict[type[Any], object] = {
+    ReleaseAttachment: None,
+    EndResume: None,
+    SettleLeaseGeneration: None,
+    HasAttachment: False,
+    IsCurrentAttachment: False,
+    Close: None,
+}
+
+
+def answer_unknown(reply: Reply, command: Command, session_id: str) -> None:
+    """Answer ``command`` as the seed answered it for a session it did not know."""
+    if type(command) in _UNKNOWN_ANSWERS:
+        reply.resolve(_UNKNOWN_ANSWERS[type(command)])
+    else:
+        reply.fail(UnknownSessionError(session_id))
 
 
 class InboxClosedError(pykka.ActorDeadError):
@@ -446,16 +473,11 @@ class SessionActor(pykka.ThreadingActor):
         for call in held:
             if answer is not None:
                 answer(call)
-            elif self._state is not None:
-                # Closed state: every command gets the unknown-session answer.
-                call.reply.fail(self._state.handle(call.command).error or _gone_error(self))
+            else:
+                answer_unknown(call.reply, call.command, self.session_id)
         self.counters.attached = False
         self._context.owner.session_gone(self.session_id, self.actor_urn, reason)
         self.stop()
-
-
-def _gone_error(actor: SessionActor) -> BaseException:
-    return SessionFailedError(f"session {actor.session_id} is gone")
 
 
 class _NoReply:

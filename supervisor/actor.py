@@ -25,47 +25,23 @@ from actors.errors import (
     DuplicateSessionError,
     RegistryClosedError,
     SessionCrashedError,
-    UnknownSessionError,
 )
 from actors.messages import (
     CloseCallable,
     Command,
-    EndResume,
-    HasAttachment,
-    IsCurrentAttachment,
     LifecycleEvent,
-    ReleaseAttachment,
     SendCallable,
-    SettleLeaseGeneration,
     Tick,
 )
 from actors.ports import LoopPort, Outbox, Reply
-from actors.session import Call, SessionActor, SessionContext, Shutdown
+from actors.session import Call, SessionActor, SessionContext, Shutdown, answer_unknown
 from actors.state import NO_FAILPOINTS, SessionConfig
 from supervisor.faults import FaultPlan
 from supervisor.policy import RestartPolicy
 
-__all__ = ["RegistryStats", "SessionSystem", "SupervisorActor", "unknown_answer"]
+__all__ = ["RegistryStats", "SessionSystem", "SupervisorActor"]
 
 logger = logging.getLogger("duplex_supervisor.supervisor")
-
-#: The seed answered these commands for an unknown session with a plain value.
-_UNKNOWN_ANSWERS: dict[type[Any], object] = {
-    ReleaseAttachment: None,
-    EndResume: None,
-    SettleLeaseGeneration: None,
-    HasAttachment: False,
-    IsCurrentAttachment: False,
-}
-
-
-def unknown_answer(command: Command, session_id: str) -> tuple[bool, object]:
-    """``(True, value)`` where the seed answered an unknown session with a value;
-    ``(False, error)`` where it raised ``KeyError``."""
-    kind = type(command)
-    if kind in _UNKNOWN_ANSWERS:
-        return True, _UNKNOWN_ANSWERS[kind]
-    return False, UnknownSessionError(session_id)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -310,11 +286,7 @@ class SessionSystem:
                 pass
             else:
                 return
-        known, answer = unknown_answer(command, session_id)
-        if known:
-            reply.resolve(answer)
-        else:
-            reply.fail(answer)  # type: ignore[arg-type]
+        answer_unknown(reply, command, session_id)
 
     def close(self, session_id: str, command: Command, reply: Reply) -> None:
         self._tell_supervisor(_Close(session_id=session_id, command=command, reply=reply), reply)

@@ -5,7 +5,18 @@ from __future__ import annotations
 import pytest
 
 from actors.errors import JournalGapError
-from tests.test_actor_support import Events, FakeClock, Wire, registry, settle
+from actors.messages import Acknowledge, HasAttachment, IsCurrentAttachment, ReleaseAttachment
+from supervisor.threads import ThreadReply
+from tests.test_actor_support import (
+    WAIT,
+    Background,
+    Events,
+    FakeClock,
+    GatedPlan,
+    Wire,
+    registry,
+    settle,
+)
 
 
 def test_ttl_sweep_prunes_an_idle_session() -> None:
@@ -66,3 +77,29 @@ def test_no_expiry_while_a_resume_is_pending() -> None:
         events.wait_for("expired", "s")
         settle(reg, "s")
         assert reg.stats().sessions_expired == 1
+
+
+def test_calls_queued_behind_an_expiry_get_the_seeds_unknown_answers() -> None:
+    clock = FakeClock()
+    plan = GatedPlan()
+    with registry(clock=clock, faults=plan, disconnect_grace_s=10) as reg:
+        reg.create("s", send=Wire().send, close=lambda r: None)
+        reg.detach("s")
+        clock.now += 10
+        plan.gate("tick.enter", "s")
+        sweep = Background(reg.sweep)
+        assert plan.reached.wait(WAIT)
+        # Routed while the expiring tick holds the session: they wait in its
+        # inbox and are answered by the close's final drain.
+        replies = {name: ThreadReply() for name in ("has", "detach", "current", "ack")}
+        reg.system.call("s", HasAttachment(), replies["has"])
+        reg.system.call("s", ReleaseAttachment(), replies["detach"])
+        reg.system.call("s", IsCurrentAttachment(attachment_generation=1), replies["current"])
+        reg.system.call("s", Acknowledge(sequence=0), replies["ack"])
+        plan.release.set()
+        sweep.result()
+        assert replies["has"].wait(WAIT) is False
+        assert replies["detach"].wait(WAIT) is None
+        assert replies["current"].wait(WAIT) is False
+        with pytest.raises(KeyError):
+            replies["ack"].wait(WAIT)
