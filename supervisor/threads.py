@@ -124,24 +124,28 @@ class _Worker:
 
 
 class ThreadOutbox:
-    """One attachment generation's wire: blocking sends on a thread of its own."""
+    """One attachment generation's wire: blocking sends on a thread of its own.
+
+    ``label`` only names the thread: a resume's outbox exists before the
+    session has numbered its attachment. Events take the generation from the
+    delivery that failed.
+    """
 
     def __init__(
         self,
         *,
         session_id: str,
-        generation: int,
+        label: str,
         send: BlockingSend,
         close: BlockingClose,
         notify: Callable[[LifecycleEvent], None],
     ) -> None:
         self._session_id = session_id
-        self._generation = generation
         self._send = send
         self._close = close
         self._notify = notify
         self._retired: str | None = None
-        self._worker = _Worker(f"duplex-outbox:{session_id}:{generation}")
+        self._worker = _Worker(f"duplex-outbox:{session_id}:{label}")
         self.thread = self._worker.thread
 
     def post(self, delivery: Delivery) -> None:
@@ -167,19 +171,19 @@ class ThreadOutbox:
                 self._send(frame)
         except BaseException as exc:  # noqa: BLE001 - any send failure is the caller's answer
             if not settle_failed(delivery, exc):
-                self._give_up("send_failed")
+                self._give_up("send_failed", delivery.effect.attachment_generation)
             return
         on_delivered = getattr(delivery.effect, "on_delivered", None)
         if on_delivered is not None:
             on_delivered()
         settle_delivered(delivery)
 
-    def _give_up(self, reason: str) -> None:
+    def _give_up(self, reason: str, generation: int) -> None:
         self._notify(
             LifecycleEvent(
                 kind="send_failed",
                 session_id=self._session_id,
-                attachment_generation=self._generation,
+                attachment_generation=generation,
                 reason=reason,
             )
         )
@@ -250,10 +254,10 @@ class ThreadSessionRegistry:
 
     # -- plumbing ------------------------------------------------------------
 
-    def _outbox(self, session_id: str, generation: int, send: Any, close: Any) -> ThreadOutbox:
+    def _outbox(self, session_id: str, label: str, send: Any, close: Any) -> ThreadOutbox:
         outbox = ThreadOutbox(
             session_id=session_id,
-            generation=generation,
+            label=label,
             send=send,
             close=close,
             notify=self._system.notify,
@@ -289,7 +293,7 @@ class ThreadSessionRegistry:
     ) -> SessionCreated:
         check_session_id(session_id, strict=self._strict)
         reply = self._open_reply()
-        outbox = self._outbox(session_id, 1, send, close)
+        outbox = self._outbox(session_id, "1", send, close)
         self._system.create(
             session_id,
             send=send,  # type: ignore[arg-type]
@@ -424,9 +428,7 @@ class ThreadSessionRegistry:
             activation_payload_factory=activation_payload_factory,
             lease_generation=lease_generation,
         )
-        # The outbox's generation is only known once the session answers; the
-        # name is for humans, so the next generation is a fair guess.
-        outbox = self._outbox(session_id, 0, send, close)
+        outbox = self._outbox(session_id, "resume", send, close)
         self._system.call(session_id, command, reply, outbox)
         try:
             result: ResumeResult = self._wait(reply, timeout)

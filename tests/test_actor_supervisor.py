@@ -94,3 +94,28 @@ def test_an_observer_that_raises_breaks_nothing(caplog: pytest.LogCaptureFixture
         reg.create("s", send=wire.send, close=wire.close)
         assert reg.has_attachment("s") is True
     assert any("observer raised" in r.getMessage() for r in caplog.records)
+
+
+def test_a_failed_nowait_send_on_a_resumed_attachment_reports_its_generation() -> None:
+    events = Events()
+    with registry(observer=events) as reg:
+        created = reg.create("s", send=Wire().send, close=lambda r: None)
+        reg.detach("s")
+
+        def broken(frame: dict[str, object]) -> None:
+            raise ConnectionResetError("peer went away")
+
+        closed = Wire()
+        resumed = reg.resume(
+            "s",
+            resume_token=created.resume_token.plaintext,
+            last_received_server_event_seq=0,
+            send=broken,
+            close=closed.close,
+        )
+        assert resumed.attachment_generation == 2
+        reg.send_event_nowait("s", {"n": 1})
+        failed = events.wait_for("send_failed", "s")
+        assert failed.attachment_generation == 2
+        assert closed.closed.wait(5)
+        assert closed.closes == ["send_failed"]
