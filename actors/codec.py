@@ -52,6 +52,7 @@ _TYPES: dict[str, type[Any]] = {
         messages.AuthenticateResume,
         messages.Resume,
         messages.ActivationOutcome,
+        messages.AbortResume,
         messages.Tick,
         messages.Close,
         messages.LifecycleEvent,

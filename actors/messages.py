@@ -17,6 +17,7 @@ from actors.credential import ResumeToken
 from actors.journal import JournalEntry
 
 __all__ = [
+    "AbortResume",
     "Acknowledge",
     "Activate",
     "ActivationOutcome",
@@ -188,6 +189,17 @@ class ActivationOutcome:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class AbortResume:
+    """Internal: the resume's caller was cancelled before it saw the result.
+
+    Rolls the resume of ``attachment_generation`` back as a failed activation
+    would, if it is still the current one; otherwise it changes nothing.
+    """
+
+    attachment_generation: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Tick:
     """Internal: logical time moved; prune by TTL and check the grace."""
 
@@ -212,6 +224,7 @@ Command = (
     | AuthenticateResume
     | Resume
     | ActivationOutcome
+    | AbortResume
     | Tick
     | Close
 )

@@ -44,6 +44,7 @@ from actors.errors import (
 )
 from actors.journal import EventJournal, JournalSnapshot, normalize_payload
 from actors.messages import (
+    AbortResume,
     Acknowledge,
     Activate,
     ActivationOutcome,
@@ -112,6 +113,8 @@ FAILPOINTS: tuple[str, ...] = (
     "resume.attached",
     "activation_outcome.enter",
     "activation_outcome.rolled_back",
+    "abort_resume.enter",
+    "abort_resume.rolled_back",
     "tick.enter",
     "tick.pruned",
     "close.enter",
@@ -193,6 +196,7 @@ class StateSnapshot:
     orphaned_lease_generation: int | None
     recovery_token_digest: bytes | None
     activations: tuple[tuple[int, bytes], ...]
+    last_resume: tuple[int, bytes] | None
     detached_since: float | None
     closed: bool
 
@@ -252,6 +256,10 @@ class SessionState:
         # (what a rollback restores as the recovery token).
         # Invariant: every key <= _attachment_generation.
         self._activations: dict[int, bytes] = {}
+        # The latest resume's generation and the digest it accepted, for an
+        # AbortResume from a caller that gave up before it saw the result.
+        # Invariant: None or its generation <= _attachment_generation.
+        self._last_resume: tuple[int, bytes] | None = None
         # Invariant: None iff attached (or closed); when the session was detached.
         self._detached_since: float | None = None
         self._closed = False
@@ -373,6 +381,7 @@ class SessionState:
             orphaned_lease_generation=self._orphaned_lease_generation,
             recovery_token_digest=self._recovery_token_digest,
             activations=tuple(self._activations.items()),
+            last_resume=self._last_resume,
             detached_since=self._detached_since,
             closed=self._closed,
         )
@@ -388,6 +397,7 @@ class SessionState:
         self._orphaned_lease_generation = snapshot.orphaned_lease_generation
         self._recovery_token_digest = snapshot.recovery_token_digest
         self._activations = dict(snapshot.activations)
+        self._last_resume = snapshot.last_resume
         self._detached_since = snapshot.detached_since
         self._closed = snapshot.closed
         self._effects = []
@@ -410,6 +420,10 @@ class SessionState:
             (
                 all(g <= self._attachment_generation for g in self._activations),
                 "an activation is newer than the current generation",
+            ),
+            (
+                self._last_resume is None or self._last_resume[0] <= self._attachment_generation,
+                "the last resume is newer than the current generation",
             ),
             (len(self._credential.token_digest) == 32, "credential digest is not SHA-256"),
             (
@@ -624,6 +638,7 @@ class SessionState:
         )
         self._orphaned_lease_generation = None
         self._failpoint("resume.attached")
+        self._last_resume = (generation, accepted_digest)
         if command.activation_payload_factory is not None:
             self._activations[generation] = accepted_digest
             self._effects.append(
@@ -650,6 +665,21 @@ class SessionState:
         accepted_digest = self._activations.pop(generation, None)
         if accepted_digest is None or command.delivered:
             return False
+        return self._roll_back(generation, accepted_digest, "activation_outcome.rolled_back")
+
+    def _on_abort_resume(self, command: AbortResume) -> bool:
+        """``True`` when the resume was rolled back; ``False``: nothing to undo."""
+        self._failpoint("abort_resume.enter")
+        generation = command.attachment_generation
+        accepted_digest = self._activations.pop(generation, None)
+        if accepted_digest is None:
+            last = self._last_resume
+            if last is None or last[0] != generation:
+                return False
+            accepted_digest = last[1]
+        return self._roll_back(generation, accepted_digest, "abort_resume.rolled_back")
+
+    def _roll_back(self, generation: int, accepted_digest: bytes, failpoint: str) -> bool:
         # The seed's rollback, generation-checked: a later resume that took
         # over keeps its attachment. The presented token works again, once;
         # the lease the provisional attachment served is parked as the orphan.
@@ -661,7 +691,8 @@ class SessionState:
         self._orphaned_lease_generation = max(
             self._orphaned_lease_generation or 0, self._lease_generation
         )
-        self._failpoint("activation_outcome.rolled_back")
+        self._last_resume = None
+        self._failpoint(failpoint)
         return True
 
     def _on_tick(self, command: Tick) -> TickResult:
@@ -704,6 +735,7 @@ _HANDLERS: dict[type[Any], Callable[[SessionState, Any], Any]] = {
     AuthenticateResume: SessionState._on_authenticate_resume,
     Resume: SessionState._on_resume,
     ActivationOutcome: SessionState._on_activation_outcome,
+    AbortResume: SessionState._on_abort_resume,
     Tick: SessionState._on_tick,
     Close: SessionState._on_close,
 }

@@ -275,13 +275,23 @@ class SessionSystem:
         self._tell_supervisor(message, reply)
 
     def call(
-        self, session_id: str, command: Command, reply: Reply, outbox: Outbox | None = None
+        self,
+        session_id: str,
+        command: Command,
+        reply: Reply,
+        outbox: Outbox | None = None,
+        *,
+        internal: bool = False,
     ) -> None:
-        """Route ``command`` to its session; answer unknown sessions as the seed did."""
+        """Route ``command`` to its session; answer unknown sessions as the seed did.
+
+        ``internal``: a command of the library's own (an abort after a
+        cancelled resume) that a crash retries once instead of dropping.
+        """
         ref = self._table.get(session_id)
         if ref is not None:
             try:
-                ref.tell(Call(command=command, reply=reply, outbox=outbox))
+                ref.tell(Call(command=command, reply=reply, outbox=outbox, internal=internal))
             except pykka.ActorDeadError:
                 pass
             else:

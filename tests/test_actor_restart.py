@@ -12,10 +12,11 @@ from actors.errors import (
     JournalGapError,
     SessionCrashedError,
 )
+from actors.messages import AbortResume
 from actors.state import FAILPOINTS
 from supervisor.faults import FaultPlan, InjectedFaultError
 from supervisor.policy import RestartPolicy
-from supervisor.threads import ThreadSessionRegistry
+from supervisor.threads import ThreadReply, ThreadSessionRegistry
 from tests.test_actor_support import (
     WAIT,
     Background,
@@ -28,7 +29,7 @@ from tests.test_actor_support import (
     settle,
 )
 
-INTERNAL = ("activation_outcome.", "tick.")
+INTERNAL = ("activation_outcome.", "abort_resume.", "tick.")
 QUEUED = 20
 
 
@@ -109,6 +110,25 @@ def _start(ctx: Ctx, failpoint: str) -> Background | None:
                 activation_payload_factory=activation,
             )
         return None
+    if failpoint.startswith("abort_resume."):
+        # A resume whose caller was cancelled before it saw the result: the
+        # door sends AbortResume as an internal command.
+        result = reg.resume(
+            s,
+            resume_token=ctx.token,
+            last_received_server_event_seq=2,
+            send=ctx.wire2.send,
+            close=ctx.wire2.close,
+        )
+        generation = result.attachment_generation
+
+        def abort() -> object:
+            reply = ThreadReply()
+            command = AbortResume(attachment_generation=generation)
+            reg.system.call(s, command, reply, internal=True)
+            return reply.wait(WAIT)
+
+        return Background(abort)
     if failpoint.startswith("tick."):
         ctx.clock.now += 61  # past the TTL: the tick has something to prune
         return Background(reg.sweep)
@@ -155,9 +175,9 @@ def _check_state(ctx: Ctx, failpoint: str) -> None:
             reg.authenticate_resume(s, resume_token=ctx.token, last_received_server_event_seq=0)
         reg.authenticate_resume(s, resume_token=ctx.new_token, last_received_server_event_seq=0)
         assert reg.is_current_attachment(s, 2) is True
-    elif failpoint == "activation_outcome.rolled_back":
-        # The retried outcome rolled the resume back: detached, the presented
-        # token works again (once), the replay is dense.
+    elif failpoint == "activation_outcome.rolled_back" or failpoint.startswith("abort_resume."):
+        # The retried outcome (or abort) rolled the resume back: detached, the
+        # presented token works again (once), the replay is dense.
         assert reg.has_attachment(s) is False
         result = reg.resume(
             s,
@@ -189,7 +209,7 @@ def _live_wire(ctx: Ctx, failpoint: str) -> Wire | None:
     """Where events sent after the crash land (``None``: detached)."""
     if failpoint == "activation_outcome.enter":
         return ctx.wire2
-    if failpoint == "activation_outcome.rolled_back":
+    if failpoint == "activation_outcome.rolled_back" or failpoint.startswith("abort_resume."):
         return None
     return ctx.wire
 
@@ -272,7 +292,10 @@ def test_internal_command_crashing_twice_fails_the_session(failpoint: str) -> No
         reg.send_events("s", [{"n": 1}, {"n": 2}])
         plan.crash(failpoint, session_id="s", times=2)
         call = _start(ctx, failpoint)
-        if call is not None:
+        if call is not None and failpoint.startswith("abort_resume."):
+            # Its waiter heard of the first crash; the retry's answer is dropped.
+            assert isinstance(call.error(), SessionCrashedError)
+        elif call is not None:
             call.result()
         events.wait_for("failed", "s")
         # The transport the session held when it failed is closed with the reason.

@@ -85,6 +85,7 @@ SAMPLES: list[tuple[object, dict[str, Any]]] = [
         {"send": wire_send, "close": wire_close, "activation_payload_factory": activation_payload},
     ),
     (m.ActivationOutcome(attachment_generation=2, delivered=False), {}),
+    (m.AbortResume(attachment_generation=2), {}),
     (m.Tick(now=12.5), {}),
     (m.Close(), {}),
     (EVENT, {}),
@@ -123,7 +124,7 @@ def through_json(message: object) -> Any:
 def test_samples_cover_every_type_the_codec_knows() -> None:
     names = {to_dict(sample)["type"] for sample, _ in SAMPLES}
     assert names == set(message_types())
-    assert len(message_types()) == 25
+    assert len(message_types()) == 26
 
 
 @pytest.mark.parametrize(("message", "bindings"), SAMPLES, ids=[sample_id(s) for s in SAMPLES])

@@ -20,6 +20,7 @@ from actors.credential import ResumeToken
 from actors.errors import SessionError
 from actors.journal import JournalEntry
 from actors.messages import (
+    AbortResume,
     Acknowledge,
     ActivationOutcome,
     AuthenticateResume,
@@ -88,6 +89,13 @@ def with_activation(world: World, *, lease: int = 5) -> None:
         world, activation_payload_factory=activation_payload, lease_generation=lease
     )
     world.token = ok(world.state.handle(command)).resume_token.plaintext
+
+
+def with_resume_without_factory(world: World) -> None:
+    """Detached, then resumed with no activation factory: nothing left in flight."""
+    with_expiring_journal(world)
+    ok(world.state.handle(ReleaseAttachment()))
+    world.token = ok(world.state.handle(resume_command(world))).resume_token.plaintext
 
 
 def with_failed_activation(world: World) -> None:
@@ -184,6 +192,16 @@ SCENARIOS = [
         "activation-delivered",
         with_activation,
         lambda w: ActivationOutcome(attachment_generation=2, delivered=True),
+    ),
+    Scenario(
+        "abort-activating-resume",
+        with_activation,
+        lambda w: AbortResume(attachment_generation=2),
+    ),
+    Scenario(
+        "abort-resume-without-activation",
+        with_resume_without_factory,
+        lambda w: AbortResume(attachment_generation=2),
     ),
     Scenario(
         "tick",

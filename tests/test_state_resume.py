@@ -14,6 +14,7 @@ import pytest
 
 from actors.errors import InvalidResumeTokenError, InvalidSequenceError, JournalGapError
 from actors.messages import (
+    AbortResume,
     Acknowledge,
     Activate,
     ActivationOutcome,
@@ -36,6 +37,7 @@ from tests.helpers import (
     current,
     fails,
     has,
+    leases,
     ok,
     open_world,
     resume,
@@ -333,3 +335,57 @@ def test_recovery_survives_a_second_failed_activation_with_the_same_token() -> N
     activating(world, presented)
     outcome(world, 3, delivered=False)
     assert resume(world, presented).attachment_generation == 4
+
+
+# -- abort_resume: the caller was cancelled before it saw the result --------------------
+
+
+def test_abort_after_a_resume_without_activation_restores_the_presented_token_once() -> None:
+    world = open_world()
+    presented = world.token
+    ok(world.state.handle(ReleaseAttachment()))
+    resume(world, lease_generation=4)
+    assert ok(world.state.handle(AbortResume(attachment_generation=2))) is True
+    assert has(world) is False
+    # The rotated token stays current; the presented one recovers, once.
+    assert ok(auth(world, presented, 0)) is None
+    assert leases(world) == (4, 4)
+    resume(world, presented)
+    fails(auth(world, presented, 0), InvalidResumeTokenError)
+
+
+def test_abort_of_an_activating_resume_is_a_failed_activation() -> None:
+    world = open_world()
+    presented = world.token
+    resume(world, activation_payload_factory=activation_payload)
+    assert world.state.activation_in_flight
+    transition = world.state.handle(AbortResume(attachment_generation=2))
+    assert ok(transition) is True
+    assert RetireAttachment(attachment_generation=2, reason="activation_failed") in (
+        transition.effects
+    )
+    assert world.state.snapshot().activations == ()
+    # A late outcome for the aborted activation changes nothing more.
+    assert (
+        ok(world.state.handle(ActivationOutcome(attachment_generation=2, delivered=True))) is False
+    )
+    assert ok(auth(world, presented, 0)) is None
+
+
+def test_abort_of_a_superseded_resume_changes_nothing() -> None:
+    world = open_world()
+    resume(world)
+    resume(world)
+    before = world.state.snapshot()
+    assert ok(world.state.handle(AbortResume(attachment_generation=2))) is False
+    assert world.state.snapshot() == before
+    assert current(world, 3) is True
+
+
+def test_abort_twice_rolls_back_once() -> None:
+    world = open_world()
+    resume(world)
+    assert ok(world.state.handle(AbortResume(attachment_generation=2))) is True
+    before = world.state.snapshot()
+    assert ok(world.state.handle(AbortResume(attachment_generation=2))) is False
+    assert world.state.snapshot() == before
