@@ -12,6 +12,7 @@ import logging
 from actors.codec import CodecError, from_dict, to_dict
 from actors.credential import ResumeCredential, ResumeToken
 from actors.errors import (
+    ActivationAbortedError,
     DuplicateSessionError,
     GapReason,
     InvalidInputError,
@@ -22,6 +23,7 @@ from actors.errors import (
     JournalGapError,
     JournalOverflowError,
     RegistryClosedError,
+    SendTimeoutError,
     SessionCrashedError,
     SessionError,
     SessionFailedError,
@@ -42,6 +44,7 @@ logger.addHandler(logging.NullHandler())
 
 __all__ = [
     "FAILPOINTS",
+    "ActivationAbortedError",
     "CodecError",
     "DetachedAttachment",
     "DuplicateSessionError",
@@ -61,6 +64,7 @@ __all__ = [
     "ResumeCredential",
     "ResumeResult",
     "ResumeToken",
+    "SendTimeoutError",
     "SessionConfig",
     "SessionCrashedError",
     "SessionCreated",

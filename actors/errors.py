@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Literal
 
 __all__ = [
+    "ActivationAbortedError",
     "DuplicateSessionError",
     "GapReason",
     "InvalidInputError",
@@ -23,6 +24,7 @@ __all__ = [
     "JournalGapError",
     "JournalOverflowError",
     "RegistryClosedError",
+    "SendTimeoutError",
     "SessionCrashedError",
     "SessionError",
     "SessionFailedError",
@@ -118,6 +120,19 @@ class SessionCrashedError(SessionError):
 
 class SessionFailedError(SessionError):
     """The session was closed by its supervisor while this call waited on it."""
+
+
+class SendTimeoutError(SessionError, TimeoutError):
+    """A transport's send ran past the registry's ``send_timeout_s``.
+
+    The library then gives up on that transport: it stops the attachment's
+    outbox and calls its ``close("send_timeout")``; the owner still detaches.
+    """
+
+
+class ActivationAbortedError(SessionError):
+    """A resume's caller was cancelled before its activation was delivered;
+    the resume was rolled back like a failed activation."""
 
 
 class RegistryClosedError(SessionError):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 
 from actors.errors import (
+    ActivationAbortedError,
     DuplicateSessionError,
     InvalidInputError,
     InvalidPayloadError,
@@ -17,6 +18,7 @@ from actors.errors import (
     JournalGapError,
     JournalOverflowError,
     RegistryClosedError,
+    SendTimeoutError,
     SessionCrashedError,
     SessionError,
     SessionFailedError,
@@ -27,6 +29,7 @@ logger = logging.getLogger("duplex_supervisor.supervisor")
 logger.addHandler(logging.NullHandler())
 
 __all__ = [
+    "ActivationAbortedError",
     "DuplicateSessionError",
     "InvalidInputError",
     "InvalidPayloadError",
@@ -36,6 +39,7 @@ __all__ = [
     "JournalGapError",
     "JournalOverflowError",
     "RegistryClosedError",
+    "SendTimeoutError",
     "SessionCrashedError",
     "SessionError",
     "SessionFailedError",

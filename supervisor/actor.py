@@ -206,6 +206,25 @@ class _CloseReply:
         self._reply.fail(error)
 
 
+class _StopReply:
+    """A stop's reply that sends the stop again if the supervisor crashed on it."""
+
+    def __init__(self, system: SessionSystem, reply: Reply, *, retries: int) -> None:
+        self._system = system
+        self._reply = reply
+        self._retries = retries
+
+    def resolve(self, value: object) -> None:
+        self._reply.resolve(value)
+
+    def fail(self, error: BaseException) -> None:
+        if isinstance(error, SessionCrashedError) and self._retries > 0:
+            again = _StopReply(self._system, self._reply, retries=self._retries - 1)
+            self._system._tell_supervisor(_Stop(reply=again), self._reply)
+        else:
+            self._reply.fail(error)
+
+
 class SessionSystem:
     """One registry's actors, whatever the front door. Thread-safe."""
 
@@ -305,7 +324,12 @@ class SessionSystem:
         self._tell_supervisor(_Sweep(now=self.clock(), reply=reply), reply)
 
     def shutdown(self, reply: Reply) -> None:
-        self._tell_supervisor(_Stop(reply=reply), reply)
+        """Stop every session; ``reply`` is answered once all have stopped.
+
+        A supervisor that dies on the stop is replaced and told again (twice
+        at most), so a crash there cannot leave sessions running.
+        """
+        self._tell_supervisor(_Stop(reply=_StopReply(self, reply, retries=2)), reply)
 
     def join(self, timeout: float | None = None) -> None:
         """After :meth:`shutdown` answered: stop the supervisor, join every thread of ours."""

@@ -10,24 +10,53 @@ Pass a plan to a registry (``faults=plan``) and arm it while the system runs:
   message; the registry starts a new one that takes the routing over.
 * ``plan.jump_clock(seconds)``: the registry's clock leaps forward (TTL and
   disconnect grace see it at the next sweep).
+* ``plan.fail_send("s1", nth=3)``, ``plan.hang_send(...)``,
+  ``plan.delay_send(..., seconds=0.5)``: the 3rd send (counted per attachment
+  from 1) of session ``s1``'s attachment ``generation`` (any, if ``None``)
+  raises, never returns, or starts late. ``plan.fail_close("s1")``: that
+  session's next transport close raises. Transport faults act in the trio
+  and asyncio outboxes, in front of the transport's own ``send``.
 
 Thread-safe: arm it from any thread while sessions hit it from theirs.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from actors.state import FAILPOINTS
 
-__all__ = ["FAILPOINTS", "FaultPlan", "InjectedFaultError"]
+__all__ = ["FAILPOINTS", "FaultPlan", "InjectedFaultError", "TransportAction"]
 
 
 class InjectedFaultError(RuntimeError):
     """Raised at an armed failpoint. A crash by design: not a SessionError."""
+
+
+@dataclass(frozen=True, slots=True)
+class TransportAction:
+    """What a transport fault does to one send."""
+
+    kind: str  # "fail" | "hang" | "delay"
+    seconds: float = 0.0
+    error: BaseException | None = None
+
+    async def apply(self, sleep: Callable[[float], Awaitable[None]]) -> None:
+        if self.kind == "fail":
+            raise self.error or ConnectionResetError("injected send failure")
+        await sleep(math.inf if self.kind == "hang" else self.seconds)
+
+
+@dataclass(slots=True)
+class _SendRule:
+    session_id: str
+    generation: int | None
+    nth: int
+    action: TransportAction
 
 
 @dataclass(slots=True)
@@ -45,6 +74,8 @@ class FaultPlan:
         self._rules: list[_Rule] = []
         self._supervisor_crashes = 0
         self._clock_offset = 0.0
+        self._send_rules: list[_SendRule] = []
+        self._close_failures: Counter[str] = Counter()
         self.hits: Counter[str] = Counter()
         self.fired: Counter[str] = Counter()
 
@@ -74,9 +105,35 @@ class FaultPlan:
         with self._lock:
             self._clock_offset += seconds
 
+    def fail_send(
+        self,
+        session_id: str,
+        *,
+        nth: int = 1,
+        generation: int | None = None,
+        error: BaseException | None = None,
+    ) -> None:
+        self._add_send(session_id, generation, nth, TransportAction("fail", error=error))
+
+    def hang_send(self, session_id: str, *, nth: int = 1, generation: int | None = None) -> None:
+        self._add_send(session_id, generation, nth, TransportAction("hang"))
+
+    def delay_send(
+        self, session_id: str, *, seconds: float, nth: int = 1, generation: int | None = None
+    ) -> None:
+        if seconds < 0:
+            raise ValueError("seconds must be >= 0")
+        self._add_send(session_id, generation, nth, TransportAction("delay", seconds=seconds))
+
+    def fail_close(self, session_id: str, *, times: int = 1) -> None:
+        with self._lock:
+            self._close_failures[session_id] += times
+
     def clear(self) -> None:
         with self._lock:
             self._rules.clear()
+            self._send_rules.clear()
+            self._close_failures.clear()
             self._supervisor_crashes = 0
 
     # -- what the system calls ------------------------------------------------------
@@ -103,6 +160,38 @@ class FaultPlan:
             self._supervisor_crashes -= 1
             self.fired["supervisor"] += 1
         raise InjectedFaultError(f"injected supervisor crash at {step}")
+
+    def transport_action(
+        self, session_id: str, generation: int, nth: int
+    ) -> TransportAction | None:
+        """The fault armed for this send, if any (each rule fires once)."""
+        with self._lock:
+            for rule in self._send_rules:
+                if (
+                    rule.session_id == session_id
+                    and rule.nth == nth
+                    and rule.generation in (None, generation)
+                ):
+                    self._send_rules.remove(rule)
+                    self.fired[f"send.{rule.action.kind}"] += 1
+                    return rule.action
+        return None
+
+    def check_close(self, session_id: str) -> None:
+        with self._lock:
+            if self._close_failures[session_id] <= 0:
+                return
+            self._close_failures[session_id] -= 1
+            self.fired["close.fail"] += 1
+        raise InjectedFaultError(f"injected close failure in session {session_id}")
+
+    def _add_send(
+        self, session_id: str, generation: int | None, nth: int, action: TransportAction
+    ) -> None:
+        if nth < 1:
+            raise ValueError("nth counts sends from 1")
+        with self._lock:
+            self._send_rules.append(_SendRule(session_id, generation, nth, action))
 
     def clock(self, base: Callable[[], float]) -> Callable[[], float]:
         """``base`` shifted by every jump so far (and every later one)."""

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from actors.errors import RegistryClosedError, SessionCrashedError
+from actors.errors import RegistryClosedError
 from actors.journal import JournalEntry
 from actors.messages import (
     Acknowledge,
@@ -471,17 +471,9 @@ class ThreadSessionRegistry:
         if self._ticker is not None:
             self._ticker.join(timeout)
         try:
-            # A supervisor that dies on the stop is replaced; stop again.
-            for attempt in range(3):
-                reply = ThreadReply()
-                self._system.shutdown(reply)
-                try:
-                    reply.wait(timeout)
-                except SessionCrashedError:
-                    if attempt == 2:
-                        raise
-                else:
-                    break
+            reply = ThreadReply()
+            self._system.shutdown(reply)
+            reply.wait(timeout)
         finally:
             self._system.join(timeout)
             for thread in self._outbox_threads:

@@ -1,0 +1,401 @@
+"""The async front door's methods, written once for trio and asyncio.
+
+:class:`AsyncSessionRegistry` has every method of the seed's registry, with
+the same names, parameters, results and errors, plus ``send_event_nowait``,
+``send_events``, ``sweep``, ``stats`` and ``session_ids``. A subclass says how
+its loop waits (:class:`LoopReply`), pumps an outbox, shields a wait and
+spells cancellation; :mod:`supervisor.trio_registry` and
+:mod:`supervisor.asyncio_registry` are those subclasses.
+
+Callers never park a thread: a call is a message to the session's actor, and
+the actor answers by scheduling a callback on the caller's loop.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from actors.errors import RegistryClosedError, SessionCrashedError
+from actors.journal import JournalEntry
+from actors.messages import (
+    AbortResume,
+    Acknowledge,
+    ActivationPayloadFactory,
+    AuthenticateResume,
+    BeginResume,
+    Close,
+    CloseCallable,
+    Command,
+    DetachedAttachment,
+    EndResume,
+    HasAttachment,
+    IsCurrentAttachment,
+    ReleaseAttachment,
+    Resume,
+    ResumeResult,
+    SendCallable,
+    SendEvent,
+    SendEvents,
+    SessionCreated,
+    SettleLeaseGeneration,
+    TransportAttachment,
+)
+from actors.ports import NoWaiter
+from actors.state import check_session_id
+from supervisor.actor import RegistryStats, SessionSystem
+from supervisor.outbox import CoalescingPort, OutboxCore
+
+__all__ = ["AsyncSessionRegistry", "LoopReply"]
+
+logger = logging.getLogger("duplex_supervisor.supervisor")
+
+#: How long a cancelled resume waits, shielded, to learn whether to roll back.
+_ABORT_WAIT_S = 30.0
+
+
+class LoopReply:
+    """A reply settled on its loop; the first answer wins.
+
+    ``resolve``/``fail`` may come from any thread: off the loop they ride the
+    port, on it they land at once. A subclass wakes its loop's waiter.
+    """
+
+    __slots__ = ("_done", "_error", "_on_settled", "_port", "_value")
+
+    def __init__(self, port: CoalescingPort, on_settled: Callable[[], None] | None = None) -> None:
+        self._port = port
+        self._on_settled = on_settled
+        self._done = False
+        self._value: object = None
+        self._error: BaseException | None = None
+
+    def resolve(self, value: object) -> None:
+        self._settle(value, None)
+
+    def fail(self, error: BaseException) -> None:
+        self._settle(None, error)
+
+    def _settle(self, value: object, error: BaseException | None) -> None:
+        if self._port.on_loop():
+            self._land(value, error)
+        else:
+            self._port.submit(lambda: self._land(value, error))
+
+    def _land(self, value: object, error: BaseException | None) -> None:
+        if self._done:
+            return
+        self._done = True
+        self._value = value
+        self._error = error
+        if self._on_settled is not None:
+            self._on_settled()
+        self._wake()
+
+    def _outcome(self) -> Any:
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+    def _wake(self) -> None:
+        raise NotImplementedError
+
+    async def wait(self) -> Any:
+        raise NotImplementedError
+
+
+class _CountedNoWaiter(NoWaiter):
+    """``send_event_nowait``'s reply: nobody waits, but the slot is freed."""
+
+    __slots__ = ("_port", "_release")
+
+    def __init__(self, port: CoalescingPort, release: Callable[[], None]) -> None:
+        self._port = port
+        self._release = release
+
+    def resolve(self, value: object) -> None:
+        self._port.submit(self._release)
+
+    def fail(self, error: BaseException) -> None:
+        logger.warning("a send_event_nowait failed: %s", type(error).__name__)
+        self._port.submit(self._release)
+
+
+class AsyncSessionRegistry:
+    """The seed's registry, async; see the module docstring. Use a subclass."""
+
+    def __init__(
+        self,
+        *,
+        system: SessionSystem,
+        port: CoalescingPort,
+        strict: bool,
+        send_timeout_s: float | None,
+        max_pending_per_session: int,
+    ) -> None:
+        if max_pending_per_session < 1:
+            raise ValueError("max_pending_per_session must be >= 1")
+        self._system = system
+        self._port = port
+        self._strict = strict
+        self._send_timeout_s = send_timeout_s
+        self._max_pending = max_pending_per_session
+        # Calls in flight per session (touched on the loop only).
+        self._pending: dict[str, int] = {}
+        self._outboxes: list[OutboxCore] = []
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(sessions={len(self._system.session_ids())})"
+
+    # -- what a loop supplies ---------------------------------------------------------
+
+    def _new_reply(self, on_settled: Callable[[], None] | None = None) -> LoopReply:
+        raise NotImplementedError
+
+    def _start_outbox(
+        self, session_id: str, send: SendCallable, close: CloseCallable
+    ) -> OutboxCore:
+        raise NotImplementedError
+
+    def _would_block(self, session_id: str) -> BaseException:
+        raise NotImplementedError
+
+    async def _wait_for_room(self, session_id: str) -> None:
+        """Return once the session has room (the loop's own wait primitive)."""
+        raise NotImplementedError
+
+    def _room_freed(self, session_id: str) -> None:
+        raise NotImplementedError
+
+    def _is_cancellation(self, exc: BaseException) -> bool:
+        raise NotImplementedError
+
+    async def _shielded(self, reply: LoopReply, timeout: float) -> Any:
+        """Wait for ``reply`` where no cancellation reaches, up to ``timeout``."""
+        raise NotImplementedError
+
+    # -- plumbing -------------------------------------------------------------------
+
+    @property
+    def system(self) -> SessionSystem:
+        return self._system
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RegistryClosedError("the session registry is shut down")
+
+    def _release(self, session_id: str) -> None:
+        left = self._pending.get(session_id, 1) - 1
+        if left <= 0:
+            self._pending.pop(session_id, None)
+        else:
+            self._pending[session_id] = left
+        self._room_freed(session_id)
+
+    async def _ask(self, session_id: str, command: Command) -> Any:
+        self._check_open()
+        while self._pending.get(session_id, 0) >= self._max_pending:
+            await self._wait_for_room(session_id)
+        self._pending[session_id] = self._pending.get(session_id, 0) + 1
+        reply = self._new_reply(lambda: self._release(session_id))
+        self._system.call(session_id, command, reply)
+        return await reply.wait()
+
+    # -- the seed's methods ------------------------------------------------------------
+
+    async def create(
+        self,
+        session_id: str,
+        *,
+        send: SendCallable,
+        close: CloseCallable,
+        lease_generation: int = 0,
+    ) -> SessionCreated:
+        check_session_id(session_id, strict=self._strict)
+        self._check_open()
+        outbox = self._start_outbox(session_id, send, close)
+        reply = self._new_reply()
+        self._system.create(
+            session_id,
+            send=send,
+            close=close,
+            lease_generation=lease_generation,
+            outbox=outbox,
+            reply=reply,
+        )
+        try:
+            created: SessionCreated = await reply.wait()
+        except BaseException:
+            outbox.stop("create_failed", close=False)
+            raise
+        return created
+
+    async def send_event(
+        self,
+        session_id: str,
+        payload: Mapping[str, object],
+        *,
+        journal: bool = True,
+        on_accepted: Callable[[], None] | None = None,
+    ) -> JournalEntry | None:
+        command = SendEvent(payload=payload, journal=journal, on_accepted=on_accepted)
+        entry: JournalEntry | None = await self._ask(session_id, command)
+        return entry
+
+    def send_event_nowait(
+        self, session_id: str, payload: Mapping[str, object], *, journal: bool = True
+    ) -> None:
+        """Queue an event and return at once; failures go to the observer and the log.
+
+        ``KeyError`` for a session the registry does not know; the door's
+        would-block error when the session has ``max_pending_per_session``
+        calls in flight.
+        """
+        self._check_open()
+        if not self._system.knows(session_id):
+            raise KeyError(f"unknown duplex attachment session: {session_id}")
+        if self._pending.get(session_id, 0) >= self._max_pending:
+            raise self._would_block(session_id)
+        self._pending[session_id] = self._pending.get(session_id, 0) + 1
+        reply = _CountedNoWaiter(self._port, lambda: self._release(session_id))
+        self._system.call(session_id, SendEvent(payload=payload, journal=journal), reply)
+
+    async def send_events(
+        self,
+        session_id: str,
+        payloads: Sequence[Mapping[str, object]],
+        *,
+        journal: bool = True,
+    ) -> tuple[JournalEntry | None, ...]:
+        """A batch in one round trip: all recorded or none, frames in order."""
+        command = SendEvents(payloads=tuple(payloads), journal=journal)
+        entries: tuple[JournalEntry | None, ...] = await self._ask(session_id, command)
+        return entries
+
+    async def acknowledge(self, session_id: str, sequence: int) -> int:
+        removed: int = await self._ask(session_id, Acknowledge(sequence=sequence))
+        return removed
+
+    async def detach(self, session_id: str, *, attachment_generation: int | None = None) -> bool:
+        released = await self.release_attachment(
+            session_id, attachment_generation=attachment_generation
+        )
+        return released is not None
+
+    async def release_attachment(
+        self, session_id: str, *, attachment_generation: int | None = None
+    ) -> DetachedAttachment | None:
+        command = ReleaseAttachment(attachment_generation=attachment_generation)
+        released: DetachedAttachment | None = await self._ask(session_id, command)
+        return released
+
+    async def begin_resume(self, session_id: str) -> None:
+        await self._ask(session_id, BeginResume())
+
+    async def end_resume(self, session_id: str) -> int | None:
+        owed: int | None = await self._ask(session_id, EndResume())
+        return owed
+
+    async def settle_lease_generation(self, session_id: str, lease_generation: int) -> int | None:
+        command = SettleLeaseGeneration(lease_generation=lease_generation)
+        owed: int | None = await self._ask(session_id, command)
+        return owed
+
+    async def has_attachment(self, session_id: str) -> bool:
+        return bool(await self._ask(session_id, HasAttachment()))
+
+    async def is_current_attachment(self, session_id: str, attachment_generation: int) -> bool:
+        command = IsCurrentAttachment(attachment_generation=attachment_generation)
+        return bool(await self._ask(session_id, command))
+
+    async def authenticate_resume(
+        self, session_id: str, *, resume_token: str, last_received_server_event_seq: int
+    ) -> None:
+        command = AuthenticateResume(
+            resume_token=resume_token,
+            last_received_server_event_seq=last_received_server_event_seq,
+        )
+        await self._ask(session_id, command)
+
+    async def resume(
+        self,
+        session_id: str,
+        *,
+        resume_token: str,
+        last_received_server_event_seq: int,
+        send: SendCallable,
+        close: CloseCallable,
+        activation_payload_factory: ActivationPayloadFactory | None = None,
+        lease_generation: int | None = None,
+    ) -> ResumeResult:
+        """The seed's resume. Cancelled before its commit point, it rolls back.
+
+        The commit point: with an activation factory, the activation and
+        replay reached the new ``send``; without one, the result reached
+        this caller. A caller cancelled before it leaves the presented token
+        usable once more, exactly like a failed activation.
+        """
+        self._check_open()
+        command = Resume(
+            resume_token=resume_token,
+            last_received_server_event_seq=last_received_server_event_seq,
+            send=send,
+            close=close,
+            activation_payload_factory=activation_payload_factory,
+            lease_generation=lease_generation,
+        )
+        outbox = self._start_outbox(session_id, send, close)
+        reply = self._new_reply()
+        self._system.call(session_id, command, reply, outbox)
+        try:
+            result: ResumeResult = await reply.wait()
+        except BaseException as exc:
+            if self._is_cancellation(exc):
+                activates = activation_payload_factory is not None
+                await self._roll_back_cancelled(session_id, reply, outbox, activates=activates)
+            outbox.stop("resume_failed", close=False)
+            raise
+        return result
+
+    async def _roll_back_cancelled(
+        self, session_id: str, reply: LoopReply, outbox: OutboxCore, *, activates: bool
+    ) -> None:
+        outbox.abort_activation()
+        try:
+            result = await self._shielded(reply, _ABORT_WAIT_S)
+        except Exception:  # noqa: BLE001 - it failed or was aborted: nothing stands
+            return
+        if not isinstance(result, ResumeResult) or activates:
+            # With an activation, success means it reached the wire: committed.
+            return
+        abort = self._new_reply()
+        command = AbortResume(attachment_generation=result.attachment_generation)
+        self._system.call(session_id, command, abort, internal=True)
+        try:
+            await self._shielded(abort, _ABORT_WAIT_S)
+        except SessionCrashedError:
+            logger.warning("rolling back a cancelled resume of %s crashed once", session_id)
+
+    async def close(self, session_id: str) -> TransportAttachment | None:
+        self._check_open()
+        reply = self._new_reply()
+        self._system.close(session_id, Close(), reply)
+        attachment: TransportAttachment | None = await reply.wait()
+        return attachment
+
+    # -- beyond the seed -------------------------------------------------------------------
+
+    async def sweep(self) -> None:
+        """Tick every session now: TTL pruning and disconnect grace, at once."""
+        self._check_open()
+        reply = self._new_reply()
+        self._system.sweep(reply)
+        await reply.wait()
+
+    def stats(self) -> RegistryStats:
+        return self._system.stats()
+
+    def session_ids(self) -> list[str]:
+        return self._system.session_ids()

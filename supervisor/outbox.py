@@ -1,0 +1,366 @@
+"""Ordered outboxes owned by an event loop, and the port that feeds them.
+
+An outbox is one attachment generation's wire. Session actors post
+deliveries to it from their threads; a :class:`CoalescingPort` carries each
+post onto the loop (many posts, one wake-up while the loop is busy); one pump
+task per outbox sends the frames, in order, through the transport's async
+``send`` and settles every delivery: the waiting caller gets its value or the
+send's exception; an activation reports its outcome to the session first.
+
+The delivery logic is written once, as coroutines that await only what the
+loop-specific subclass supplies (park/wake, a timed call, sleeping), so the
+trio and asyncio outboxes cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import threading
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal
+
+import trio
+
+from actors.errors import ActivationAbortedError, SendTimeoutError
+from actors.messages import Activate, CloseCallable, LifecycleEvent, SendCallable
+from actors.ports import Delivery, delivery_frames, settle_delivered, settle_dropped, settle_failed
+from supervisor.faults import FaultPlan
+
+__all__ = ["AsyncioOutbox", "CoalescingPort", "OutboxCore", "TrioOutbox"]
+
+logger = logging.getLogger("duplex_supervisor.supervisor")
+
+
+class CoalescingPort:
+    """A :class:`~actors.ports.LoopPort` over a thread-safe ``schedule(fn)``.
+
+    Callables run on the loop in submission order. While a drain is
+    scheduled and not yet run, later submissions ride along with it, so a
+    burst from many actors costs the loop one wake-up. Once the loop has
+    ended, submissions are dropped (a caller that could wait is gone too).
+    """
+
+    def __init__(self, schedule: Callable[[Callable[[], None]], object]) -> None:
+        self._schedule = schedule
+        self._lock = threading.Lock()
+        self._pending: deque[Callable[[], object]] = deque()
+        self._scheduled = False
+        #: The loop's thread, learned at the first drain.
+        self.loop_thread_id: int | None = None
+
+    def submit(self, fn: Callable[[], object]) -> None:
+        with self._lock:
+            self._pending.append(fn)
+            if self._scheduled:
+                return
+            self._scheduled = True
+        try:
+            self._schedule(self._drain)
+        except (trio.RunFinishedError, RuntimeError):
+            with self._lock:
+                self._pending.clear()
+                self._scheduled = False
+
+    def on_loop(self) -> bool:
+        return threading.get_ident() == self.loop_thread_id
+
+    def _drain(self) -> None:
+        self.loop_thread_id = threading.get_ident()
+        while True:
+            with self._lock:
+                if not self._pending:
+                    self._scheduled = False
+                    return
+                batch = list(self._pending)
+                self._pending.clear()
+            for fn in batch:
+                try:
+                    fn()
+                except Exception:
+                    logger.exception("a callback raised on the registry's loop")
+
+
+class OutboxCore:
+    """One attachment's ordered wire; see the module docstring.
+
+    Thread-safe entry points (``post``, ``retire``, ``close_transport``) only
+    submit to the port; everything else runs on the loop.
+    """
+
+    def __init__(
+        self,
+        *,
+        session_id: str,
+        send: SendCallable,
+        close: CloseCallable,
+        port: CoalescingPort,
+        notify: Callable[[LifecycleEvent], None],
+        send_timeout_s: float | None,
+        faults: FaultPlan | None,
+    ) -> None:
+        self._session_id = session_id
+        self._send = send
+        self._close = close
+        self._port = port
+        self._notify = notify
+        self._timeout = math.inf if send_timeout_s is None else send_timeout_s
+        self._faults = faults
+        # Invariant: deliveries posted and not yet settled, in posting order.
+        self._pending: deque[Delivery] = deque()
+        # Invariant: once set, nothing more is sent; pending ones are dropped.
+        self._retired: str | None = None
+        self._close_reason: str | None = None
+        # The caller of the resume that made this outbox gave up: an
+        # activation not yet delivered must fail (and roll back).
+        self._aborted = False
+        self._activating = False
+        self._sends = 0
+        self.finished = False
+
+    # -- any thread ------------------------------------------------------------------
+
+    def post(self, delivery: Delivery) -> None:
+        self._port.submit(lambda: self._accept(delivery))
+
+    def retire(self, reason: str) -> None:
+        self._port.submit(lambda: self.stop(reason, close=False))
+
+    def close_transport(self, reason: str) -> None:
+        self._port.submit(lambda: self.stop(reason, close=True))
+
+    # -- on the loop --------------------------------------------------------------------
+
+    @property
+    def idle(self) -> bool:
+        return not self._pending
+
+    def stop(self, reason: str, *, close: bool) -> None:
+        if self._retired is not None:
+            return
+        self._retired = reason
+        if close:
+            self._close_reason = reason
+        while self._pending:
+            settle_dropped(self._pending.popleft(), reason)
+        self._wake()
+
+    def abort_activation(self) -> None:
+        """The resume's caller was cancelled: fail its activation unless delivered."""
+        self._aborted = True
+        for delivery in [d for d in self._pending if isinstance(d.effect, Activate)]:
+            self._pending.remove(delivery)
+            settle_failed(delivery, ActivationAbortedError("the resume's caller was cancelled"))
+        if self._activating:
+            self._cancel_current_send()
+
+    def _accept(self, delivery: Delivery) -> None:
+        if self._retired is not None:
+            settle_dropped(delivery, self._retired)
+        elif self._aborted and isinstance(delivery.effect, Activate):
+            settle_failed(delivery, ActivationAbortedError("the resume's caller was cancelled"))
+        else:
+            self._pending.append(delivery)
+            self._wake()
+
+    async def run(self) -> None:
+        """The pump: send, in order, until retired."""
+        try:
+            while True:
+                while self._pending and self._retired is None:
+                    await self._deliver(self._pending[0])
+                if self._retired is not None:
+                    if self._close_reason is not None:
+                        await self._close_now(self._close_reason)
+                    return
+                await self._park()
+        finally:
+            self.finished = True
+
+    async def _deliver(self, delivery: Delivery) -> None:
+        effect = delivery.effect
+        self._activating = isinstance(effect, Activate)
+        try:
+            for frame in delivery_frames(effect):
+                self._sends += 1
+                nth = self._sends
+                sent = await self._within_timeout(
+                    lambda frame=frame, nth=nth: self._send_one(frame, effect, nth)  # type: ignore[misc]
+                )
+                if not sent:
+                    raise SendTimeoutError(
+                        f"send to session {self._session_id} took longer than {self._timeout} s"
+                    )
+        except BaseException as exc:
+            self._discard(delivery)
+            if self._propagates(exc):
+                settle_dropped(delivery, "cancelled")
+                raise
+            self._failed(delivery, exc)
+            return
+        finally:
+            self._activating = False
+        self._discard(delivery)
+        on_delivered = getattr(effect, "on_delivered", None)
+        if on_delivered is not None:
+            try:
+                on_delivered()
+            except Exception:
+                logger.exception("on_accepted raised in session %s", self._session_id)
+        settle_delivered(delivery)
+
+    def _discard(self, delivery: Delivery) -> None:
+        if self._pending and self._pending[0] is delivery:
+            self._pending.popleft()
+
+    def _failed(self, delivery: Delivery, exc: BaseException) -> None:
+        generation = delivery.effect.attachment_generation
+        if isinstance(exc, SendTimeoutError):
+            # The library gives up on a hung transport itself.
+            settle_failed(delivery, exc)
+            self._give_up("send_timeout", generation)
+        elif not settle_failed(delivery, exc):
+            # Nobody waits for this frame, so nobody else would notice.
+            self._give_up("send_failed", generation)
+
+    def _give_up(self, reason: Literal["send_timeout", "send_failed"], generation: int) -> None:
+        self._notify(
+            LifecycleEvent(
+                kind=reason,
+                session_id=self._session_id,
+                attachment_generation=generation,
+                reason=reason,
+            )
+        )
+        self.stop(reason, close=True)
+
+    async def _send_one(self, frame: dict[str, object], effect: Any, nth: int) -> None:
+        if self._faults is not None:
+            action = self._faults.transport_action(
+                self._session_id, effect.attachment_generation, nth
+            )
+            if action is not None:
+                await action.apply(self._sleep)
+        await self._send(frame)
+
+    async def _close_now(self, reason: str) -> None:
+        try:
+            if self._faults is not None:
+                self._faults.check_close(self._session_id)
+            await self._within_timeout(lambda: self._close(reason))
+        except Exception:  # noqa: BLE001 - a failed close is logged; the session goes on
+            logger.warning("closing a transport of session %s failed", self._session_id)
+
+    # -- what a loop supplies ---------------------------------------------------------
+
+    async def _park(self) -> None:
+        raise NotImplementedError
+
+    def _wake(self) -> None:
+        raise NotImplementedError
+
+    async def _within_timeout(self, call: Callable[[], Awaitable[None]]) -> bool:
+        """Await ``call()``; ``False`` if the send timeout ran out first."""
+        raise NotImplementedError
+
+    async def _sleep(self, seconds: float) -> None:
+        raise NotImplementedError
+
+    def _cancel_current_send(self) -> None:
+        raise NotImplementedError
+
+    def _propagates(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is the pump's own cancellation, not a failed send."""
+        raise NotImplementedError
+
+
+class TrioOutbox(OutboxCore):
+    """The outbox on a trio loop; its pump runs in the registry's nursery."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._lot = trio.lowlevel.ParkingLot()
+        self._scope: trio.CancelScope | None = None
+
+    async def _park(self) -> None:
+        await self._lot.park()
+
+    def _wake(self) -> None:
+        self._lot.unpark_all()
+
+    async def _within_timeout(self, call: Callable[[], Awaitable[None]]) -> bool:
+        with trio.CancelScope(deadline=trio.current_time() + self._timeout) as scope:
+            self._scope = scope
+            await call()
+        self._scope = None
+        if scope.cancelled_caught:
+            if self._aborted and self._activating:
+                raise ActivationAbortedError("the resume's caller was cancelled")
+            return False
+        return True
+
+    async def _sleep(self, seconds: float) -> None:
+        await trio.sleep(seconds)
+
+    def _cancel_current_send(self) -> None:
+        if self._scope is not None:
+            self._scope.cancel()
+
+    def _propagates(self, exc: BaseException) -> bool:
+        # A trio.Cancelled from the send is a failed send; if the pump itself
+        # is being cancelled, its next checkpoint raises again.
+        return False
+
+
+class AsyncioOutbox(OutboxCore):
+    """The outbox on an asyncio loop; its pump is a task on that loop."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._event = asyncio.Event()
+        self._current: asyncio.Task[None] | None = None
+        self._cancelled_by_abort = False
+
+    async def _park(self) -> None:
+        await self._event.wait()
+        self._event.clear()
+
+    def _wake(self) -> None:
+        self._event.set()
+
+    async def _within_timeout(self, call: Callable[[], Awaitable[None]]) -> bool:
+        # The send runs as its own task so an abort can cancel it without
+        # touching the pump's own cancellation state.
+        task: asyncio.Task[None] = asyncio.ensure_future(call())
+        self._current = task
+        try:
+            timeout = None if math.isinf(self._timeout) else self._timeout
+            done, _ = await asyncio.wait({task}, timeout=timeout)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        finally:
+            self._current = None
+        if not done:
+            task.cancel()
+            return False
+        if task.cancelled() and self._cancelled_by_abort:
+            raise ActivationAbortedError("the resume's caller was cancelled")
+        task.result()
+        return True
+
+    async def _sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+    def _cancel_current_send(self) -> None:
+        if self._current is not None:
+            self._cancelled_by_abort = True
+            self._current.cancel()
+
+    def _propagates(self, exc: BaseException) -> bool:
+        task = asyncio.current_task()
+        return (
+            isinstance(exc, asyncio.CancelledError) and task is not None and (task.cancelling() > 0)
+        )
