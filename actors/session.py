@@ -123,6 +123,8 @@ class SessionContext:
     port: LoopPort
     notify: Callable[[LifecycleEvent], None]
     owner: SessionOwner
+    #: Daemon threads let a program that never shuts the registry down exit.
+    daemon_threads: bool = False
 
 
 class SessionCounters:
@@ -252,7 +254,7 @@ class SessionActor(pykka.ThreadingActor):
         self.thread = threading.Thread(
             target=self._actor_loop, name=THREAD_NAME_PREFIX + self.session_id
         )
-        self.thread.daemon = self.use_daemon_thread
+        self.thread.daemon = self._context.daemon_threads
         self.thread.start()
 
     # -- life cycle ------------------------------------------------------------

@@ -156,6 +156,10 @@ class SupervisorActor(pykka.ThreadingActor):
             system.stop_sessions(message)
 
 
+class _DaemonSupervisorActor(SupervisorActor):
+    use_daemon_thread = True
+
+
 class _CountDown:
     """Resolves ``reply`` after ``n`` answers (of any kind)."""
 
@@ -237,6 +241,7 @@ class SessionSystem:
         restart_policy: RestartPolicy | None = None,
         faults: FaultPlan | None = None,
         observer: Callable[[LifecycleEvent], None] | None = None,
+        daemon_threads: bool = False,
     ) -> None:
         self.registry_id = uuid.uuid4().hex[:12]
         self.faults = faults or FaultPlan()
@@ -252,6 +257,7 @@ class SessionSystem:
             port=port,
             notify=self.notify,
             owner=self,
+            daemon_threads=daemon_threads,
         )
         # Written by the supervisor's thread (and by a session it started, on
         # its first step); read by anyone without a lock (GIL-atomic).
@@ -269,7 +275,7 @@ class SessionSystem:
         self._takeovers = 0
         self._closed = False
         self._takeover_lock = threading.Lock()
-        self._supervisor: pykka.ActorRef[SupervisorActor] = SupervisorActor.start(self)
+        self._supervisor: pykka.ActorRef[SupervisorActor] = self._start_supervisor()
 
     # -- the front doors' side -------------------------------------------------
 
@@ -513,6 +519,10 @@ class SessionSystem:
             else:
                 return
 
+    def _start_supervisor(self) -> pykka.ActorRef[SupervisorActor]:
+        actor_class = _DaemonSupervisorActor if self._context.daemon_threads else SupervisorActor
+        return actor_class.start(self)
+
     def _take_over(self) -> bool:
         """Start a new supervisor if ours died (and we are not shutting down)."""
         with self._takeover_lock:
@@ -522,5 +532,5 @@ class SessionSystem:
                 return False
             logger.warning("supervisor of registry %s died; taking over", self.registry_id)
             self._takeovers += 1
-            self._supervisor = SupervisorActor.start(self)
+            self._supervisor = self._start_supervisor()
             return True

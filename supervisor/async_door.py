@@ -47,12 +47,20 @@ from actors.state import check_session_id
 from supervisor.actor import RegistryStats, SessionSystem
 from supervisor.outbox import CoalescingPort, OutboxCore
 
-__all__ = ["AsyncSessionRegistry", "LoopReply"]
+__all__ = ["AsyncSessionRegistry", "LoopReply", "check_timing"]
 
 logger = logging.getLogger("duplex_supervisor.supervisor")
 
 #: How long a cancelled resume waits, shielded, to learn whether to roll back.
 _ABORT_WAIT_S = 30.0
+
+
+def check_timing(*, sweep_interval_s: float | None, send_timeout_s: float | None) -> None:
+    """Reject timing options no loop could honour."""
+    if sweep_interval_s is not None and not sweep_interval_s > 0:
+        raise ValueError("sweep_interval_s must be positive (or None: sweep() only)")
+    if send_timeout_s is not None and not send_timeout_s > 0:
+        raise ValueError("send_timeout_s must be positive (or None: no timeout)")
 
 
 class LoopReply:

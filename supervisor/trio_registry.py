@@ -16,7 +16,6 @@ outboxes drain for up to ``drain_timeout_s``, then stops every actor.
 from __future__ import annotations
 
 import contextlib
-import math
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -30,7 +29,7 @@ from actors.messages import CloseCallable, LifecycleEvent, SendCallable
 from actors.ports import NO_WAITER
 from actors.state import SessionConfig
 from supervisor.actor import SessionSystem
-from supervisor.async_door import AsyncSessionRegistry, LoopReply
+from supervisor.async_door import AsyncSessionRegistry, LoopReply, check_timing
 from supervisor.faults import FaultPlan
 from supervisor.outbox import CoalescingPort, OutboxCore, TrioOutbox
 from supervisor.policy import RestartPolicy
@@ -180,10 +179,7 @@ async def open_session_registry(
     ``sweep_interval_s``: how often, in real time, TTLs and the disconnect
     grace are checked (``None``: only on ``await registry.sweep()``).
     """
-    if sweep_interval_s is not None and not sweep_interval_s > 0:
-        raise ValueError("sweep_interval_s must be positive (or None: sweep() only)")
-    if send_timeout_s is not None and (math.isnan(send_timeout_s) or send_timeout_s <= 0):
-        raise ValueError("send_timeout_s must be positive (or None: no timeout)")
+    check_timing(sweep_interval_s=sweep_interval_s, send_timeout_s=send_timeout_s)
     config = SessionConfig(
         replay_ttl_s=replay_ttl_s,
         replay_max_bytes=replay_max_bytes_per_session,
