@@ -1,17 +1,20 @@
 """What goes in and out of a session: commands, results, effects, events.
 
-All frozen, slotted and keyword-only. A field marked :func:`local` holds a
-callable of this process (a transport's ``send``, an ``on_accepted``) and
-cannot cross a wire: the JSON codec (:mod:`actors.codec`) leaves it out and
-takes it back as a binding. A field marked :func:`secret` holds a resume
-token: it is left out of every repr.
+All frozen, slotted and keyword-only, except the four results the seed
+exported (attachment, created, detached, resume result): seed programs may
+build those positionally, so they keep the seed's field order. A field
+marked :func:`local` holds a callable of this process (a transport's
+``send``, an ``on_accepted``) and cannot cross a wire: the JSON codec
+(:mod:`actors.codec`) leaves it out and takes it back as a binding. A
+field marked :func:`secret` holds a resume token: it is left out of every
+repr.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import MISSING, dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from actors.credential import ResumeToken
 from actors.journal import JournalEntry
@@ -37,6 +40,7 @@ __all__ = [
     "LifecycleKind",
     "Notify",
     "ReleaseAttachment",
+    "ReplayCountingFactory",
     "Resume",
     "ResumeResult",
     "RetireAttachment",
@@ -56,6 +60,22 @@ CloseCallable = Callable[[str], Awaitable[None]]
 ActivationPayloadFactory = Callable[[ResumeToken, int], Mapping[str, object]]
 
 
+@runtime_checkable
+class ReplayCountingFactory(Protocol):
+    """An activation payload factory that also wants the replay's length.
+
+    Still callable as the seed's ``factory(token, generation)``; where it has
+    ``activation_payload``, the outbox calls that instead, with the number of
+    replayed events that will follow the activation on the wire.
+    """
+
+    def __call__(self, token: ResumeToken, generation: int) -> Mapping[str, object]: ...
+
+    def activation_payload(
+        self, token: ResumeToken, generation: int, replayed: int
+    ) -> Mapping[str, object]: ...
+
+
 def local(default: object = MISSING) -> Any:
     """A field holding a process-local callable: no repr, not encoded."""
     return field(default=default, repr=False, compare=False, metadata={"local": True})
@@ -69,7 +89,7 @@ def secret() -> Any:
 # -- transports and results ------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True)
 class TransportAttachment:
     """One connection of a session, numbered by its attachment generation."""
 
@@ -78,14 +98,14 @@ class TransportAttachment:
     close: CloseCallable = local()
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True)
 class SessionCreated:
     session_id: str
     attachment_generation: int
     resume_token: ResumeToken = secret()
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True)
 class DetachedAttachment:
     """The transport a detach dropped, with the engine lease generation it was serving."""
 
@@ -94,7 +114,7 @@ class DetachedAttachment:
     lease_generation: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True)
 class ResumeResult:
     session_id: str
     attachment_generation: int

@@ -118,7 +118,15 @@ def delivery_frames(effect: Deliver | Activate) -> Iterator[dict[str, object]]:
     loop, so a factory that raises is a failed activation, as in the seed.
     """
     if isinstance(effect, Activate):
-        yield dict(effect.payload_factory(effect.resume_token, effect.attachment_generation))
+        factory = effect.payload_factory
+        with_count = getattr(factory, "activation_payload", None)
+        if with_count is not None:
+            # A ReplayCountingFactory also learns how many events follow.
+            yield dict(
+                with_count(effect.resume_token, effect.attachment_generation, len(effect.replay))
+            )
+        else:
+            yield dict(factory(effect.resume_token, effect.attachment_generation))
         for entry in effect.replay:
             yield dict(entry.payload)
     else:

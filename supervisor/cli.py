@@ -1,0 +1,423 @@
+"""``duplex-supervisor``: serve the gateway, run chaos clients, or both (demo)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+
+import trio
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from supervisor.gateway.chaos import ChaosConfig, ChaosReport, ClientReport, run_chaos
+from supervisor.gateway.engine import EngineConfig
+from supervisor.gateway.server import Gateway, GatewayConfig, serve_gateway
+
+__all__ = ["main"]
+
+logger = logging.getLogger("duplex_supervisor.supervisor")
+
+SECRET_ENV = "DUPLEX_SUPERVISOR_SECRET"  # noqa: S105 - a variable name, not a secret
+
+
+def _positive(kind: Callable[[str], float]) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        value = kind(text)
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+        return value
+
+    return parse
+
+
+def _non_negative(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def _add_engine_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("demo engine")
+    group.add_argument(
+        "--event-rate",
+        type=_non_negative,
+        default=20.0,
+        metavar="HZ",
+        help="events per second each session's engine streams, attached or not (default 20)",
+    )
+    group.add_argument(
+        "--delta-chars",
+        type=_positive(int),
+        default=24,
+        metavar="N",
+        help="characters of text per streamed delta (default 24)",
+    )
+
+
+def _add_chaos_flags(parser: argparse.ArgumentParser, *, clients: int, duration: float) -> None:
+    group = parser.add_argument_group("chaos clients")
+    group.add_argument(
+        "--clients",
+        type=_positive(int),
+        default=clients,
+        help=f"concurrent clients, one session each (default {clients})",
+    )
+    group.add_argument(
+        "--duration",
+        type=_positive(float),
+        default=duration,
+        metavar="SECONDS",
+        help=f"how long the clients stream before closing (default {duration:g})",
+    )
+    group.add_argument(
+        "--drop-rate",
+        type=_non_negative,
+        default=0.5,
+        metavar="PER_SECOND",
+        help="chance per second that a client cuts its TCP connection (default 0.5)",
+    )
+    group.add_argument(
+        "--max-reconnect-delay",
+        type=_non_negative,
+        default=0.5,
+        metavar="SECONDS",
+        help="a cut client waits a random delay up to this before resuming (default 0.5)",
+    )
+    group.add_argument(
+        "--input-rate",
+        type=_non_negative,
+        default=1.0,
+        metavar="HZ",
+        help="inputs per second each client sends; each must be answered once (default 1)",
+    )
+    group.add_argument(
+        "--ack-every",
+        type=_positive(int),
+        default=10,
+        metavar="N",
+        help="clients acknowledge after every N events (default 10)",
+    )
+    group.add_argument(
+        "--seed", type=int, default=0, help="seed of every random choice (default 0)"
+    )
+    group.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object (figures under 'totals') on stdout instead of a table",
+    )
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="duplex-supervisor",
+        description=(
+            "Resumable duplex sessions as actors. 'demo' runs a WebSocket gateway and a crowd "
+            "of chaos clients that cut their connections and resume, then reports whether any "
+            "event was lost or repeated."
+        ),
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = commands.add_parser(
+        "serve",
+        help="run the gateway until Ctrl-C",
+        description="Serve resumable sessions over WebSocket, fed by the demo engine. "
+        "Ctrl-C closes every connection with 1001 (going away).",
+    )
+    net = serve.add_argument_group("network")
+    net.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
+    net.add_argument("--port", type=int, default=8765, help="TCP port, 0 for any (default 8765)")
+    net.add_argument("--path", default="/v1", help="the WebSocket endpoint's path (default /v1)")
+    net.add_argument("--tls-cert", help="PEM certificate: serve wss:// (needs --tls-key)")
+    net.add_argument("--tls-key", help="PEM private key for --tls-cert")
+    net.add_argument(
+        "--allowed-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="accept browsers only from this Origin (repeatable; default: any)",
+    )
+    limits = serve.add_argument_group("limits")
+    limits.add_argument(
+        "--max-frame-bytes",
+        type=_positive(int),
+        default=65_536,
+        help="largest client frame answered normally (default 65536)",
+    )
+    limits.add_argument(
+        "--handshake-timeout",
+        type=_positive(float),
+        default=5.0,
+        help="seconds a new connection has to send its first frame (default 5)",
+    )
+    limits.add_argument(
+        "--ping-interval",
+        type=_positive(float),
+        default=10.0,
+        help="seconds between pings to each client (default 10)",
+    )
+    limits.add_argument(
+        "--idle-timeout",
+        type=_positive(float),
+        default=30.0,
+        help="a client that misses a pong this long is detached (default 30)",
+    )
+    limits.add_argument(
+        "--max-sessions",
+        type=_positive(int),
+        default=10_000,
+        help="sessions held at once; more are refused 'overloaded' (default 10000)",
+    )
+    limits.add_argument(
+        "--disconnect-grace",
+        type=_positive(float),
+        default=60.0,
+        help="seconds a detached session waits for a resume (default 60)",
+    )
+    limits.add_argument(
+        "--replay-ttl",
+        type=_positive(float),
+        default=120.0,
+        help="seconds an unacknowledged event stays replayable (default 120)",
+    )
+    limits.add_argument(
+        "--replay-max-bytes",
+        type=_positive(int),
+        default=4 << 20,
+        help="journal bytes per session before it overflows (default 4 MiB)",
+    )
+    limits.add_argument(
+        "--send-timeout",
+        type=_positive(float),
+        default=10.0,
+        help="a send to a client taking longer gives that socket up (default 10)",
+    )
+    limits.add_argument(
+        "--resume-failures",
+        type=_positive(int),
+        default=5,
+        help="failed resumes allowed per address per window (default 5)",
+    )
+    limits.add_argument(
+        "--resume-window",
+        type=_positive(float),
+        default=60.0,
+        help="seconds of the resume-failure window (default 60)",
+    )
+    limits.add_argument(
+        "--secret",
+        default=os.environ.get(SECRET_ENV),
+        help=f"session.open must present this secret (default: ${SECRET_ENV}, or none)",
+    )
+    serve.add_argument(
+        "--stats-interval",
+        type=_positive(float),
+        default=10.0,
+        help="seconds between stats log lines (default 10)",
+    )
+    _add_engine_flags(serve)
+
+    chaos = commands.add_parser(
+        "chaos",
+        help="run chaos clients against a gateway",
+        description="Clients that cut their connections at random and resume; exit status 0 "
+        "only if no event was lost or duplicated and no unexpected error came.",
+    )
+    chaos.add_argument("url", help="the gateway, e.g. ws://127.0.0.1:8765/v1")
+    chaos.add_argument(
+        "--secret",
+        default=os.environ.get(SECRET_ENV),
+        help=f"the gateway's session.open secret (default: ${SECRET_ENV})",
+    )
+    _add_chaos_flags(chaos, clients=20, duration=10.0)
+
+    demo = commands.add_parser(
+        "demo",
+        help="serve on a free loopback port and run chaos against it",
+        description="The gateway and the chaos clients in one process, on loopback; a table "
+        "(or --json) at the end. Exit status 0 only if lost, duplicated and errors are 0.",
+    )
+    _add_chaos_flags(demo, clients=20, duration=12.0)
+    _add_engine_flags(demo)
+    return parser
+
+
+def _table(report: ChaosReport, gateway: Gateway | None) -> Table:
+    t = report.totals
+    table = Table(title="duplex-supervisor chaos run", show_header=True)
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    rows: list[tuple[str, object]] = [
+        ("sessions", t.sessions),
+        ("events delivered", t.events_delivered),
+        ("disconnects", t.disconnects),
+        ("resumes", t.resumes),
+        ("replayed events", t.replayed),
+        ("inputs (answered)", f"{t.inputs} ({t.answered})"),
+        ("lost", t.lost),
+        ("duplicated", t.duplicated),
+        ("errors", t.errors),
+    ]
+    if gateway is not None:
+        stats = gateway.registry.stats()
+        rows.append(("server: events journaled", stats.events_journaled))
+        rows.append(("server: crashes / restarts", f"{stats.crashes} / {stats.restarts}"))
+    for name, value in rows:
+        table.add_row(name, str(value))
+    table.add_row(
+        "verdict", "[green]nothing lost or repeated[/]" if report.ok else "[red]FAILED[/]"
+    )
+    return table
+
+
+def _totals_json(report: ChaosReport) -> str:
+    t = report.totals
+    totals = {
+        "sessions": t.sessions,
+        "events_delivered": t.events_delivered,
+        "disconnects": t.disconnects,
+        "resumes": t.resumes,
+        "replayed": t.replayed,
+        "inputs": t.inputs,
+        "answered": t.answered,
+        "lost": t.lost,
+        "duplicated": t.duplicated,
+        "errors": t.errors,
+        "error_codes": t.error_codes,
+    }
+    return json.dumps({"totals": totals, "ok": report.ok})
+
+
+def _chaos_config(args: argparse.Namespace) -> ChaosConfig:
+    return ChaosConfig(
+        clients=args.clients,
+        duration_s=args.duration,
+        drop_rate=args.drop_rate,
+        max_reconnect_delay_s=args.max_reconnect_delay,
+        input_rate_hz=args.input_rate,
+        ack_every=args.ack_every,
+        seed=args.seed,
+        secret=getattr(args, "secret", None),
+    )
+
+
+async def _run_chaos(
+    url: str, config: ChaosConfig, console: Console, gateway: Gateway | None
+) -> ChaosReport:
+    with Progress(
+        TextColumn("[bold]chaos[/]"),
+        BarColumn(),
+        TextColumn("{task.description}"),
+        TimeRemainingColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
+        task = bar.add_task("starting", total=config.duration_s)
+
+        def progress(elapsed: float, totals: ClientReport) -> None:
+            bar.update(
+                task,
+                completed=min(elapsed, config.duration_s),
+                description=(
+                    f"{totals.events_delivered} events, {totals.disconnects} cuts, "
+                    f"{totals.resumes} resumes, lost {totals.lost}, dup {totals.duplicated}"
+                ),
+            )
+
+        return await run_chaos(url, config, progress=progress)
+
+
+def _finish(args: argparse.Namespace, report: ChaosReport, gateway: Gateway | None) -> int:
+    if args.json:
+        print(_totals_json(report))
+    else:
+        Console().print(_table(report, gateway))
+    return 0 if report.ok else 1
+
+
+async def _demo(args: argparse.Namespace) -> int:
+    console = Console(stderr=True)
+    engine = EngineConfig(event_rate_hz=args.event_rate, delta_chars=args.delta_chars)
+    async with trio.open_nursery() as nursery:
+        gateway: Gateway = await nursery.start(
+            lambda task_status: serve_gateway(
+                GatewayConfig(port=0), engine_config=engine, task_status=task_status
+            )
+        )
+        report = await _run_chaos(gateway.url, _chaos_config(args), console, gateway)
+        status = _finish(args, report, gateway)
+        nursery.cancel_scope.cancel()
+    return status
+
+
+async def _chaos(args: argparse.Namespace) -> int:
+    report = await _run_chaos(args.url, _chaos_config(args), Console(stderr=True), None)
+    return _finish(args, report, None)
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    config = GatewayConfig(
+        host=args.host,
+        port=args.port,
+        path=args.path,
+        max_frame_bytes=args.max_frame_bytes,
+        handshake_timeout_s=args.handshake_timeout,
+        ping_interval_s=args.ping_interval,
+        idle_timeout_s=args.idle_timeout,
+        max_sessions=args.max_sessions,
+        disconnect_grace_s=args.disconnect_grace,
+        replay_ttl_s=args.replay_ttl,
+        replay_max_bytes_per_session=args.replay_max_bytes,
+        send_timeout_s=args.send_timeout,
+        shared_secret=args.secret,
+        allowed_origins=tuple(args.allowed_origin),
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        resume_failures_allowed=args.resume_failures,
+        resume_failure_window_s=args.resume_window,
+    )
+    engine = EngineConfig(event_rate_hz=args.event_rate, delta_chars=args.delta_chars)
+    async with trio.open_nursery() as nursery:
+        gateway: Gateway = await nursery.start(
+            lambda task_status: serve_gateway(config, engine_config=engine, task_status=task_status)
+        )
+        logger.info("serving %s (Ctrl-C to stop)", gateway.url)
+        while True:
+            await trio.sleep(args.stats_interval)
+            stats = gateway.registry.stats()
+            logger.info(
+                "sessions=%d attached=%d events=%d resumes=%d connections=%d errors=%s",
+                stats.sessions,
+                stats.attached,
+                stats.events_journaled,
+                stats.resumes,
+                gateway.counters.connections,
+                gateway.counters.errors,
+            )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    level = (
+        logging.DEBUG
+        if args.verbose
+        else logging.INFO
+        if args.command == "serve"
+        else logging.WARNING
+    )
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    runner = {"serve": _serve, "chaos": _chaos, "demo": _demo}[args.command]
+    try:
+        return trio.run(runner, args)
+    except KeyboardInterrupt:
+        return 130
+    except (OSError, ValueError) as exc:
+        print(f"duplex-supervisor: {exc}", file=sys.stderr)
+        return 2
