@@ -48,11 +48,15 @@ class WireClient:
         self.closed: WireClosedError | None = None
 
     @classmethod
-    async def connect(cls, url: str, *, answer_pings: bool = True) -> WireClient:
+    async def connect(
+        cls, url: str, *, answer_pings: bool = True, local_address: str | None = None
+    ) -> WireClient:
+        """Connect and complete the handshake. ``local_address``: the source
+        address to connect from (e.g. another loopback address, 127.0.0.2)."""
         parts = urlsplit(url)
         if parts.scheme != "ws" or parts.hostname is None or parts.port is None:
             raise ValueError(f"need a ws://host:port/path URL, got {url!r}")
-        stream = await trio.open_tcp_stream(parts.hostname, parts.port)
+        stream = await trio.open_tcp_stream(parts.hostname, parts.port, local_address=local_address)
         ws = WSConnection(ConnectionType.CLIENT)
         client = cls(stream, ws, answer_pings=answer_pings)
         try:
