@@ -1,0 +1,1 @@
+"""Benchmarks measured against a lock-based registry and the thread-hop floor."""
