@@ -156,10 +156,11 @@ def settle_failed(delivery: Delivery, error: BaseException) -> bool:
         delivery.report(
             ActivationOutcome(attachment_generation=effect.attachment_generation, delivered=False)
         )
-    if delivery.reply is None or isinstance(delivery.reply, NoWaiter):
+    if delivery.reply is None:
         return False
+    # A NoWaiter is told as well (it may hold a slot to free), yet nobody waits.
     delivery.reply.fail(error)
-    return True
+    return not isinstance(delivery.reply, NoWaiter)
 
 
 def settle_dropped(delivery: Delivery, reason: str) -> None:

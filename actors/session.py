@@ -252,7 +252,7 @@ class SessionActor(pykka.ThreadingActor):
     def _start_actor_loop(self) -> None:
         # pykka's own, but keeping the thread so shutdown can join it.
         self.thread = threading.Thread(
-            target=self._actor_loop, name=THREAD_NAME_PREFIX + self.session_id
+            target=self._actor_loop, name=f"{THREAD_NAME_PREFIX}{self.session_id}"
         )
         self.thread.daemon = self._context.daemon_threads
         self.thread.start()

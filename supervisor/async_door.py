@@ -235,10 +235,25 @@ class AsyncSessionRegistry:
         )
         try:
             created: SessionCreated = await reply.wait()
-        except BaseException:
+        except BaseException as exc:
             outbox.stop("create_failed", close=False)
+            if self._is_cancellation(exc):
+                await self._undo_cancelled_create(session_id, reply)
             raise
         return created
+
+    async def _undo_cancelled_create(self, session_id: str, reply: LoopReply) -> None:
+        """The caller gave up before it saw its token: the session must not stay."""
+        try:
+            await self._shielded(reply, _ABORT_WAIT_S)
+        except Exception:  # noqa: BLE001 - not created: nothing to undo
+            return
+        closing = self._new_reply()
+        self._system.close(session_id, Close(), closing)
+        try:
+            await self._shielded(closing, _ABORT_WAIT_S)
+        except Exception:  # noqa: BLE001 - a crashed close leaves it to the owner
+            logger.warning("closing the cancelled create of %s failed", session_id)
 
     async def send_event(
         self,

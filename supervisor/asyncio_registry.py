@@ -170,12 +170,34 @@ class AsyncioSessionRegistry(AsyncSessionRegistry):
                 self._system.sweep(NO_WAITER)
 
     async def aclose(self, drain_timeout_s: float = 2.0) -> None:
-        """Stop new work, let outboxes drain a little, stop every actor, join."""
+        """Stop new work, let outboxes drain a little, stop every actor, join.
+
+        Shielded, like trio's door: a caller cancelled (even again and again)
+        while closing still waits until every actor has stopped, then gets
+        its cancellation. Otherwise the actors' threads would outlive the
+        registry and keep the interpreter from exiting.
+        """
         if self._closed:
             return
         self._closed = True
+        closing = self._loop.create_task(self._shut_down(drain_timeout_s))
+        cancelled = False
+        while not closing.done():
+            try:
+                await asyncio.shield(closing)
+            except asyncio.CancelledError:
+                cancelled = True
+        if cancelled:
+            raise asyncio.CancelledError
+        closing.result()
+
+    async def _shut_down(self, drain_timeout_s: float) -> None:
         deadline = self._loop.time() + drain_timeout_s
-        while not all(o.idle for o in self._outboxes) and self._loop.time() < deadline:
+        # A call still in flight (a send_event_nowait whose frame is on its way
+        # from the actor to its outbox) is undrained too, not only queued frames.
+        while (self._pending or not all(o.idle for o in self._outboxes)) and (
+            self._loop.time() < deadline
+        ):
             await asyncio.sleep(0.01)
         reply = self._new_reply()
         self._system.shutdown(reply)

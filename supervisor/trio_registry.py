@@ -131,8 +131,10 @@ class TrioSessionRegistry(AsyncSessionRegistry):
         raise TimeoutError("no answer within the shielded wait")
 
     async def _drain(self, timeout: float) -> None:
+        # A call still in flight (a send_event_nowait whose frame is on its way
+        # from the actor to its outbox) is undrained too, not only queued frames.
         with trio.move_on_after(timeout):
-            while not all(o.idle for o in self._outboxes):
+            while self._pending or not all(o.idle for o in self._outboxes):
                 await trio.sleep(0.01)
 
     async def _ticker(self, interval: float) -> None:

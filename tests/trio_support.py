@@ -1,0 +1,194 @@
+"""Shared helpers for the trio front door's tests (no tests here).
+
+Transports are trio async functions that record frames; a send that must be
+slow or hung blocks on a :class:`Gate` the test releases. Nothing here sleeps
+for timing: tests wait on events, on ``wait_all_tasks_blocked`` and on actor
+round trips (an actor handles its inbox in order, and its effects ride the
+registry's one port ahead of its replies).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import trio
+import trio.testing
+
+from actors.credential import ResumeToken
+from actors.messages import LifecycleEvent
+from supervisor.trio_registry import TrioSessionRegistry, open_session_registry
+
+#: Every test body runs under ``trio.fail_after(LIMIT)`` (real time).
+LIMIT = 10.0
+
+
+class FakeClock:
+    """The registry's logical clock: ``clock.now += 10``."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Gate:
+    """Holds one send: ``entered`` once it started, it returns after ``release``."""
+
+    def __init__(self) -> None:
+        self.entered = trio.Event()
+        self._release = trio.Event()
+
+    def release(self) -> None:
+        self._release.set()
+
+    async def wait(self) -> None:
+        self.entered.set()
+        await self._release.wait()
+
+
+class Wire:
+    """A trio transport: records the frames that reached ``send`` and every close.
+
+    ``hold(n)`` makes its n-th send (counted from 1) block until released;
+    ``fail(n, error)`` makes it raise ``error`` (after any hold) instead.
+    """
+
+    def __init__(self) -> None:
+        self.frames: list[dict[str, object]] = []
+        self.closes: list[str] = []
+        self.closed = trio.Event()
+        self.sends = 0
+        self._gates: dict[int, Gate] = {}
+        self._failures: dict[int, BaseException] = {}
+        self.log: list[str] | None = None
+
+    def hold(self, nth: int) -> Gate:
+        gate = self._gates[nth] = Gate()
+        return gate
+
+    def fail(self, nth: int, error: BaseException) -> None:
+        self._failures[nth] = error
+
+    async def send(self, frame: dict[str, object]) -> None:
+        assert type(frame) is dict, "send must get a fresh plain dict"
+        self.sends += 1
+        nth = self.sends
+        gate = self._gates.pop(nth, None)
+        if gate is not None:
+            await gate.wait()
+        error = self._failures.pop(nth, None)
+        if self.log is not None:
+            self.log.append("send")
+        if error is not None:
+            raise error
+        self.frames.append(frame)
+
+    async def close(self, reason: str) -> None:
+        self.closes.append(reason)
+        self.closed.set()
+
+    def seqs(self) -> list[object]:
+        return [f.get("server_event_seq") for f in self.frames]
+
+
+class Events:
+    """An observer (it runs on the registry's loop) that tests can wait on."""
+
+    def __init__(self) -> None:
+        self.events: list[LifecycleEvent] = []
+        self._changed = trio.Event()
+
+    def __call__(self, event: LifecycleEvent) -> None:
+        self.events.append(event)
+        self._changed.set()
+        self._changed = trio.Event()
+
+    def kinds(self, session_id: str) -> list[str]:
+        return [e.kind for e in self.events if e.session_id == session_id]
+
+    async def wait_for(self, kind: str, session_id: str) -> LifecycleEvent:
+        while True:
+            for event in self.events:
+                if event.kind == kind and event.session_id == session_id:
+                    return event
+            await self._changed.wait()
+
+
+@asynccontextmanager
+async def registry(**overrides: Any) -> AsyncIterator[TrioSessionRegistry]:
+    """``open_session_registry`` with test defaults: a fake clock, no ticker."""
+    options: dict[str, Any] = {
+        "replay_ttl_s": 60.0,
+        "replay_max_bytes_per_session": 1 << 20,
+        "clock": FakeClock(),
+        "sweep_interval_s": None,
+    }
+    options.update(overrides)
+    async with open_session_registry(**options) as reg:
+        yield reg
+
+
+def activation(token: ResumeToken, generation: int) -> dict[str, object]:
+    return {"type": "session.resumed", "attachment_generation": generation}
+
+
+class TokenCatcher:
+    """An activation factory that keeps the rotated tokens it was handed."""
+
+    def __init__(self) -> None:
+        self.tokens: list[ResumeToken] = []
+
+    def __call__(self, token: ResumeToken, generation: int) -> dict[str, object]:
+        self.tokens.append(token)
+        return activation(token, generation)
+
+
+async def settled(reg: TrioSessionRegistry, session_id: str) -> None:
+    """Return once every call a task of this test already made reached the actor.
+
+    First every trio task runs until it blocks (so each started call has been
+    handed to its session), then one round trip to the session: its answer
+    comes after the session handled everything queued before it, and after
+    the effects those calls put on the port.
+    """
+    await trio.testing.wait_all_tasks_blocked()
+    await reg.has_attachment(session_id)
+    await trio.testing.wait_all_tasks_blocked()
+
+
+async def gone(reg: TrioSessionRegistry, session_id: str) -> None:
+    """Return once a session that left is out of the supervisor's routing table.
+
+    Its thread tells the supervisor before it ends; closing an unknown id is
+    a supervisor round trip behind that message.
+    """
+    for thread in threading.enumerate():
+        if thread.name == f"duplex-session:{session_id}":
+            await trio.to_thread.run_sync(thread.join, LIMIT)
+            assert not thread.is_alive()
+    assert await reg.close("\x00barrier") is None
+
+
+def duplex_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("duplex-")]
+
+
+class Outcome:
+    """What a call started in a nursery gave: ``value`` or ``error``."""
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+    async def run(self, fn: Callable[[], Any]) -> None:
+        try:
+            self.value = await fn()
+        except Exception as exc:
+            self.error = exc
+        finally:
+            self.done.set()
