@@ -245,6 +245,8 @@ class SessionSystem:
     ) -> None:
         self.registry_id = uuid.uuid4().hex[:12]
         self.faults = faults or FaultPlan()
+        #: The plan the outboxes consult per send; None (no cost) unless given.
+        self.transport_faults = faults
         self.clock = self.faults.clock(clock) if faults is not None else clock
         self._port = port
         self._observer = observer

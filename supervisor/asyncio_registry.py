@@ -133,7 +133,7 @@ class AsyncioSessionRegistry(AsyncSessionRegistry):
             port=self._port,
             notify=self._system.notify,
             send_timeout_s=self._send_timeout_s,
-            faults=self._system.faults,
+            faults=self._system.transport_faults,
         )
         self._outboxes = [o for o in self._outboxes if not o.finished]
         self._outboxes.append(outbox)

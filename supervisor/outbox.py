@@ -25,7 +25,7 @@ from typing import Any, Literal
 import trio
 
 from actors.errors import ActivationAbortedError, SendTimeoutError
-from actors.messages import Activate, CloseCallable, LifecycleEvent, SendCallable
+from actors.messages import Activate, CloseCallable, Deliver, LifecycleEvent, SendCallable
 from actors.ports import Delivery, delivery_frames, settle_delivered, settle_dropped, settle_failed
 from supervisor.faults import FaultPlan
 
@@ -183,16 +183,10 @@ class OutboxCore:
         effect = delivery.effect
         self._activating = isinstance(effect, Activate)
         try:
-            for frame in delivery_frames(effect):
-                self._sends += 1
-                nth = self._sends
-                sent = await self._within_timeout(
-                    lambda frame=frame, nth=nth: self._send_one(frame, effect, nth)  # type: ignore[misc]
+            if not await self._within_timeout(lambda: self._send_frames(effect)):
+                raise SendTimeoutError(
+                    f"a send to session {self._session_id} took longer than {self._timeout} s"
                 )
-                if not sent:
-                    raise SendTimeoutError(
-                        f"send to session {self._session_id} took longer than {self._timeout} s"
-                    )
         except BaseException as exc:
             self._discard(delivery)
             if self._propagates(exc):
@@ -236,14 +230,20 @@ class OutboxCore:
         )
         self.stop(reason, close=True)
 
-    async def _send_one(self, frame: dict[str, object], effect: Any, nth: int) -> None:
-        if self._faults is not None:
-            action = self._faults.transport_action(
-                self._session_id, effect.attachment_generation, nth
-            )
-            if action is not None:
-                await action.apply(self._sleep)
-        await self._send(frame)
+    async def _send_frames(self, effect: Deliver | Activate) -> None:
+        # One timer for the delivery, restarted per frame: the timeout bounds
+        # each send, not a long replay as a whole.
+        faults = self._faults
+        for frame in delivery_frames(effect):
+            self._sends += 1
+            self._restart_timer()
+            if faults is not None:
+                action = faults.transport_action(
+                    self._session_id, effect.attachment_generation, self._sends
+                )
+                if action is not None:
+                    await action.apply(self._sleep)
+            await self._send(frame)
 
     async def _close_now(self, reason: str) -> None:
         try:
@@ -263,6 +263,10 @@ class OutboxCore:
 
     async def _within_timeout(self, call: Callable[[], Awaitable[None]]) -> bool:
         """Await ``call()``; ``False`` if the send timeout ran out first."""
+        raise NotImplementedError
+
+    def _restart_timer(self) -> None:
+        """Give the send about to start a whole ``send_timeout_s`` of its own."""
         raise NotImplementedError
 
     async def _sleep(self, seconds: float) -> None:
@@ -301,6 +305,10 @@ class TrioOutbox(OutboxCore):
             return False
         return True
 
+    def _restart_timer(self) -> None:
+        if self._scope is not None and self._timeout != math.inf:
+            self._scope.deadline = trio.current_time() + self._timeout
+
     async def _sleep(self, seconds: float) -> None:
         await trio.sleep(seconds)
 
@@ -321,6 +329,7 @@ class AsyncioOutbox(OutboxCore):
         super().__init__(**kwargs)
         self._event = asyncio.Event()
         self._current: asyncio.Task[None] | None = None
+        self._timer: asyncio.Timeout | None = None
         self._cancelled_by_abort = False
 
     async def _park(self) -> None:
@@ -331,25 +340,39 @@ class AsyncioOutbox(OutboxCore):
         self._event.set()
 
     async def _within_timeout(self, call: Callable[[], Awaitable[None]]) -> bool:
-        # The send runs as its own task so an abort can cancel it without
+        # The sends run as their own task so an abort can cancel them without
         # touching the pump's own cancellation state.
-        task: asyncio.Task[None] = asyncio.ensure_future(call())
-        self._current = task
+        task: asyncio.Task[bool] = asyncio.ensure_future(self._timed(call))
+        self._current = task  # type: ignore[assignment]
         try:
-            timeout = None if math.isinf(self._timeout) else self._timeout
-            done, _ = await asyncio.wait({task}, timeout=timeout)
+            await asyncio.wait({task})
         except asyncio.CancelledError:
             task.cancel()
             raise
         finally:
             self._current = None
-        if not done:
-            task.cancel()
-            return False
         if task.cancelled() and self._cancelled_by_abort:
             raise ActivationAbortedError("the resume's caller was cancelled")
-        task.result()
+        return task.result()
+
+    async def _timed(self, call: Callable[[], Awaitable[None]]) -> bool:
+        timer = asyncio.timeout(None)
+        try:
+            async with timer:
+                self._timer = timer
+                self._restart_timer()
+                await call()
+        except TimeoutError:
+            if timer.expired():
+                return False
+            raise  # the transport's own TimeoutError: a failed send
+        finally:
+            self._timer = None
         return True
+
+    def _restart_timer(self) -> None:
+        if self._timer is not None and self._timeout != math.inf:
+            self._timer.reschedule(asyncio.get_running_loop().time() + self._timeout)
 
     async def _sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)

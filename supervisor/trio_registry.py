@@ -101,7 +101,7 @@ class TrioSessionRegistry(AsyncSessionRegistry):
             port=self._port,
             notify=self._system.notify,
             send_timeout_s=self._send_timeout_s,
-            faults=self._system.faults,
+            faults=self._system.transport_faults,
         )
         self._outboxes = [o for o in self._outboxes if not o.finished]
         self._outboxes.append(outbox)
