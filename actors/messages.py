@@ -141,10 +141,17 @@ class SendEvent:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SendEvents:
-    """A batch: all or none validated, frames in order, one reply."""
+    """A batch, frames in order, one reply.
+
+    ``atomic`` (the default): all recorded or none, the reply a tuple of
+    entries. Not atomic (coalesced ``send_event_nowait`` calls): each event
+    stands or falls alone, as separate calls would, and the reply holds, per
+    payload, its entry (``None`` unjournaled) or the error that refused it.
+    """
 
     payloads: tuple[Mapping[str, object], ...] = field(repr=False)
     journal: bool = True
+    atomic: bool = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -35,6 +35,7 @@ from actors.errors import (
     SessionFailedError,
     UnknownSessionError,
 )
+from actors.journal import JournalEntry
 from actors.messages import (
     Activate,
     ActivationOutcome,
@@ -382,10 +383,13 @@ class SessionActor(pykka.ThreadingActor):
                 counters.resumes_with_replay += bool(reply.replay_entries)
             elif isinstance(command, ActivationOutcome):
                 counters.rollbacks += reply is True
-            elif getattr(command, "journal", False):
-                counters.events_journaled += (
-                    len(reply) if isinstance(reply, tuple) else int(reply is not None)
-                )
+            elif isinstance(reply, tuple):
+                # A batch; a coalesced one may hold the errors refusing some.
+                for item in reply:
+                    counters.events_journaled += isinstance(item, JournalEntry)
+                    counters.overflow_errors += isinstance(item, JournalOverflowError)
+            elif isinstance(reply, JournalEntry):
+                counters.events_journaled += 1
         state = self._state
         assert state is not None  # noqa: S101
         counters.attached = state.attachment is not None

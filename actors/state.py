@@ -37,8 +37,10 @@ from typing import Any, Protocol
 from actors.credential import ResumeCredential, ResumeToken, token_digest
 from actors.errors import (
     InvalidInputError,
+    InvalidPayloadError,
     InvalidResumeTokenError,
     InvalidSessionIdError,
+    JournalOverflowError,
     SessionError,
     UnknownSessionError,
 )
@@ -522,10 +524,12 @@ class SessionState:
     def _on_send_events(self, command: SendEvents) -> Any:
         self._failpoint("send_event.enter")
         attachment = self._attachment
-        if command.journal:
+        if not command.atomic:
+            reply, frames = self._record_each(command)
+        elif command.journal:
             entries = self._journal.record_many(command.payloads)
-            frames: tuple[Any, ...] = tuple(entry.payload for entry in entries)
-            reply: Any = entries
+            frames = tuple(entry.payload for entry in entries)
+            reply = entries
         else:
             frames = tuple(
                 normalize_payload(p, strict=self._config.strict) for p in command.payloads
@@ -538,6 +542,23 @@ class SessionState:
             )
         self._failpoint("send_event.effects")
         return reply
+
+    def _record_each(self, command: SendEvents) -> tuple[Any, tuple[Any, ...]]:
+        """Each payload on its own: its entry (or None) or the error refusing it."""
+        results: list[object] = []
+        frames: list[object] = []
+        for payload in command.payloads:
+            try:
+                if command.journal:
+                    entry = self._journal.record(payload)
+                    results.append(entry)
+                    frames.append(entry.payload)
+                else:
+                    frames.append(normalize_payload(payload, strict=self._config.strict))
+                    results.append(None)
+            except (InvalidPayloadError, JournalOverflowError) as refused:
+                results.append(refused)
+        return tuple(results), tuple(frames)
 
     def _on_acknowledge(self, command: Acknowledge) -> int:
         self._failpoint("acknowledge.enter")

@@ -114,20 +114,39 @@ class LoopReply:
 
 
 class _CountedNoWaiter(NoWaiter):
-    """``send_event_nowait``'s reply: nobody waits, but the slot is freed."""
+    """The reply of ``count`` coalesced ``send_event_nowait`` calls.
 
-    __slots__ = ("_port", "_release")
+    Nobody waits, but their slots are freed and refusals are logged.
+    """
 
-    def __init__(self, port: CoalescingPort, release: Callable[[], None]) -> None:
+    __slots__ = ("_count", "_port", "_release")
+
+    def __init__(self, port: CoalescingPort, release: Callable[[int], None], count: int) -> None:
         self._port = port
         self._release = release
+        self._count = count
 
     def resolve(self, value: object) -> None:
-        self._port.submit(self._release)
+        if isinstance(value, tuple):
+            refused = [item for item in value if isinstance(item, BaseException)]
+            if refused:
+                logger.warning(
+                    "%d of %d send_event_nowait events were refused: %s",
+                    len(refused),
+                    self._count,
+                    type(refused[0]).__name__,
+                )
+        self._settle()
 
     def fail(self, error: BaseException) -> None:
         logger.warning("a send_event_nowait failed: %s", type(error).__name__)
-        self._port.submit(self._release)
+        self._settle()
+
+    def _settle(self) -> None:
+        if self._port.on_loop():
+            self._release(self._count)
+        else:
+            self._port.submit(lambda: self._release(self._count))
 
 
 class AsyncSessionRegistry:
@@ -152,6 +171,11 @@ class AsyncSessionRegistry:
         # Calls in flight per session (touched on the loop only).
         self._pending: dict[str, int] = {}
         self._outboxes: list[OutboxCore] = []
+        # send_event_nowait calls of this loop tick, per session, not yet sent:
+        # (journal flag, payloads). Flushed at the end of the tick, or before
+        # any other call to that session, so per-session order holds.
+        self._bursts: dict[str, tuple[bool, list[Mapping[str, object]]]] = {}
+        self._flush_scheduled = False
         self._closed = False
 
     def __repr__(self) -> str:
@@ -194,16 +218,37 @@ class AsyncSessionRegistry:
         if self._closed:
             raise RegistryClosedError("the session registry is shut down")
 
-    def _release(self, session_id: str) -> None:
-        left = self._pending.get(session_id, 1) - 1
+    def _release(self, session_id: str, count: int = 1) -> None:
+        left = self._pending.get(session_id, count) - count
         if left <= 0:
             self._pending.pop(session_id, None)
         else:
             self._pending[session_id] = left
         self._room_freed(session_id)
 
+    def _flush(self, session_id: str) -> None:
+        burst = self._bursts.pop(session_id, None)
+        if burst is None:
+            return
+        journal, payloads = burst
+        reply = _CountedNoWaiter(
+            self._port, lambda count: self._release(session_id, count), len(payloads)
+        )
+        command: Command
+        if len(payloads) == 1:
+            command = SendEvent(payload=payloads[0], journal=journal)
+        else:
+            command = SendEvents(payloads=tuple(payloads), journal=journal, atomic=False)
+        self._system.call(session_id, command, reply)
+
+    def _flush_all(self) -> None:
+        self._flush_scheduled = False
+        for session_id in list(self._bursts):
+            self._flush(session_id)
+
     async def _ask(self, session_id: str, command: Command) -> Any:
         self._check_open()
+        self._flush(session_id)
         while self._pending.get(session_id, 0) >= self._max_pending:
             await self._wait_for_room(session_id)
         self._pending[session_id] = self._pending.get(session_id, 0) + 1
@@ -282,8 +327,18 @@ class AsyncSessionRegistry:
         if self._pending.get(session_id, 0) >= self._max_pending:
             raise self._would_block(session_id)
         self._pending[session_id] = self._pending.get(session_id, 0) + 1
-        reply = _CountedNoWaiter(self._port, lambda: self._release(session_id))
-        self._system.call(session_id, SendEvent(payload=payload, journal=journal), reply)
+        # Coalesced: the events of one loop tick reach the session as one
+        # message (each still accepted or refused on its own).
+        burst = self._bursts.get(session_id)
+        if burst is not None and burst[0] != journal:
+            self._flush(session_id)
+            burst = None
+        if burst is None:
+            burst = self._bursts[session_id] = (journal, [])
+            if not self._flush_scheduled:
+                self._flush_scheduled = True
+                self._port.submit(self._flush_all)
+        burst[1].append(payload)
 
     async def send_events(
         self,
@@ -361,6 +416,7 @@ class AsyncSessionRegistry:
         usable once more, exactly like a failed activation.
         """
         self._check_open()
+        self._flush(session_id)
         command = Resume(
             resume_token=resume_token,
             last_received_server_event_seq=last_received_server_event_seq,
@@ -403,6 +459,7 @@ class AsyncSessionRegistry:
 
     async def close(self, session_id: str) -> TransportAttachment | None:
         self._check_open()
+        self._flush(session_id)
         reply = self._new_reply()
         self._system.close(session_id, Close(), reply)
         attachment: TransportAttachment | None = await reply.wait()

@@ -192,6 +192,7 @@ class AsyncioSessionRegistry(AsyncSessionRegistry):
         closing.result()
 
     async def _shut_down(self, drain_timeout_s: float) -> None:
+        self._flush_all()
         deadline = self._loop.time() + drain_timeout_s
         # A call still in flight (a send_event_nowait whose frame is on its way
         # from the actor to its outbox) is undrained too, not only queued frames.

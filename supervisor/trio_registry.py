@@ -131,6 +131,7 @@ class TrioSessionRegistry(AsyncSessionRegistry):
         raise TimeoutError("no answer within the shielded wait")
 
     async def _drain(self, timeout: float) -> None:
+        self._flush_all()
         # A call still in flight (a send_event_nowait whose frame is on its way
         # from the actor to its outbox) is undrained too, not only queued frames.
         with trio.move_on_after(timeout):

@@ -130,6 +130,11 @@ SCENARIOS = [
         "send-batch", with_expiring_journal, lambda w: SendEvents(payloads=({"a": 1}, {"b": 2}))
     ),
     Scenario(
+        "send-burst-not-atomic",
+        with_expiring_journal,
+        lambda w: SendEvents(payloads=({"a": 1}, {"bad": float("nan")}, {"b": 2}), atomic=False),
+    ),
+    Scenario(
         "send-batch-unjournaled",
         with_expiring_journal,
         lambda w: SendEvents(payloads=({"a": 1},), journal=False),

@@ -385,3 +385,24 @@ def test_handle_rejects_something_that_is_not_a_command() -> None:
 def test_session_config_defaults_to_strict_and_engine_owned_grace() -> None:
     cfg = SessionConfig(replay_ttl_s=1.0, replay_max_bytes=1)
     assert cfg.strict is True and cfg.disconnect_grace_s is None
+
+
+def test_a_non_atomic_batch_refuses_each_bad_event_alone() -> None:
+    world = open_world(replay_max_bytes=160)
+    transition = world.state.handle(
+        SendEvents(
+            payloads=({"n": 1}, {"n": float("nan")}, {"n": 2}, {"n": "x" * 200}), atomic=False
+        )
+    )
+    results = ok(transition)
+    assert [type(r).__name__ for r in results] == [
+        "JournalEntry",
+        "InvalidPayloadError",
+        "JournalEntry",
+        "JournalOverflowError",
+    ]
+    assert [r.sequence for r in results if isinstance(r, JournalEntry)] == [1, 2]
+    (deliver,) = [e for e in transition.effects if isinstance(e, Deliver)]
+    assert [f["n"] for f in deliver.frames] == [1, 2]
+    # Overflow stays sticky for what follows, as single sends would see it.
+    assert world.state.journal.overflowed
