@@ -46,10 +46,15 @@ __all__ = [
 _MAX_DROP_RUNS = 32
 
 
+# Built once: json.dumps would build an encoder per call for these options.
+_COMPACT = {"separators": (",", ":"), "ensure_ascii": False}
+_STRICT_ENCODER = json.JSONEncoder(allow_nan=False, **_COMPACT)  # type: ignore[arg-type]
+_LENIENT_ENCODER = json.JSONEncoder(allow_nan=True, **_COMPACT)  # type: ignore[arg-type]
+
+
 def _dumps(payload: Mapping[Any, object], *, allow_nan: bool) -> bytes:
-    return json.dumps(
-        payload, separators=(",", ":"), ensure_ascii=False, allow_nan=allow_nan
-    ).encode("utf-8")
+    encoder = _LENIENT_ENCODER if allow_nan else _STRICT_ENCODER
+    return encoder.encode(payload).encode("utf-8")
 
 
 def _check_strict_json(value: object) -> None:
@@ -220,7 +225,20 @@ class EventJournal:
 
     def record(self, payload: Mapping[str, object]) -> JournalEntry:
         """Sequence, measure and keep one event; raise if a cap is hit."""
-        return self.record_many((payload,))[0]
+        # record_many((payload,)) without the batch's bookkeeping: the hot path.
+        if self._overflowed:
+            raise JournalOverflowError("duplex event journal already exceeded its byte limit")
+        sequence = self._next_sequence
+        sequenced, encoded = self._stage(payload, sequence)
+        now = self._clock()
+        self.prune(now)
+        size = len(encoded)
+        self._admit(size, 1)
+        entry = JournalEntry(sequence, now, size, MappingProxyType(sequenced), encoded)  # type: ignore[arg-type]
+        self._entries.append(entry)
+        self._retained_bytes += size
+        self._next_sequence = sequence + 1
+        return entry
 
     def record_many(self, payloads: Sequence[Mapping[str, object]]) -> tuple[JournalEntry, ...]:
         """Record a batch all or nothing: one bad payload or a cap records none.
@@ -230,26 +248,14 @@ class EventJournal:
         """
         if self._overflowed:
             raise JournalOverflowError("duplex event journal already exceeded its byte limit")
-        staged: list[tuple[dict[object, object], bytes]] = []
-        for offset, payload in enumerate(payloads):
-            sequenced = normalize_payload(payload, strict=self._strict)
-            sequenced["server_event_seq"] = self._next_sequence + offset
-            staged.append((sequenced, encode_event(sequenced, strict=self._strict)))
-        self.prune()
-        size = sum(len(encoded) for _, encoded in staged)
-        if self._retained_bytes + size > self._max_bytes:
-            self._overflowed = True
-            raise JournalOverflowError(
-                "duplex event journal byte limit exceeded: "
-                f"{self._retained_bytes + size} > {self._max_bytes}"
-            )
-        count = len(self._entries) + len(staged)
-        if self._max_events is not None and count > self._max_events:
-            self._overflowed = True
-            raise JournalOverflowError(
-                f"duplex event journal event limit exceeded: {count} > {self._max_events}"
-            )
+        staged = [
+            self._stage(payload, self._next_sequence + offset)
+            for offset, payload in enumerate(payloads)
+        ]
         now = self._clock()
+        self.prune(now)
+        size = sum(len(encoded) for _, encoded in staged)
+        self._admit(size, len(staged))
         entries = tuple(
             JournalEntry(
                 sequence=self._next_sequence + offset,
@@ -264,6 +270,29 @@ class EventJournal:
         self._retained_bytes += size
         self._next_sequence += len(entries)
         return entries
+
+    def _stage(
+        self, payload: Mapping[str, object], sequence: int
+    ) -> tuple[dict[object, object], bytes]:
+        """The sequenced copy of ``payload`` and its bytes, or InvalidPayloadError."""
+        sequenced = normalize_payload(payload, strict=self._strict)
+        sequenced["server_event_seq"] = sequence
+        return sequenced, encode_event(sequenced, strict=self._strict)
+
+    def _admit(self, size: int, count: int) -> None:
+        """Room for ``count`` more events of ``size`` bytes, or a sticky overflow."""
+        if self._retained_bytes + size > self._max_bytes:
+            self._overflowed = True
+            raise JournalOverflowError(
+                "duplex event journal byte limit exceeded: "
+                f"{self._retained_bytes + size} > {self._max_bytes}"
+            )
+        held = len(self._entries) + count
+        if self._max_events is not None and held > self._max_events:
+            self._overflowed = True
+            raise JournalOverflowError(
+                f"duplex event journal event limit exceeded: {held} > {self._max_events}"
+            )
 
     def acknowledge(self, sequence: int) -> int:
         """Drop every event up to ``sequence``; return how many were held."""
