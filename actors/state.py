@@ -23,28 +23,30 @@ written so that is only what the seed also kept (a sticky overflow, a TTL
 prune). Any other exception restores the snapshot taken before the command
 and propagates: the transition never happened. Named failpoints at each step
 let tests and fault plans inject such crashes anywhere.
+
+The machine is one class on purpose, longer than our other modules: every
+handler touches the same private fields under the same invariants, and
+splitting the handlers apart would hide what a transition may change. Its
+vocabulary (configuration, failpoints, outcomes) is in :mod:`actors.transition`.
 """
 
 from __future__ import annotations
 
 import hmac
-import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from actors.credential import ResumeCredential, ResumeToken, token_digest
 from actors.errors import (
     InvalidInputError,
     InvalidPayloadError,
     InvalidResumeTokenError,
-    InvalidSessionIdError,
     JournalOverflowError,
     SessionError,
     UnknownSessionError,
 )
-from actors.journal import EventJournal, JournalSnapshot, normalize_payload
+from actors.journal import EventJournal, normalize_payload
 from actors.messages import (
     AbortResume,
     Acknowledge,
@@ -78,7 +80,19 @@ from actors.messages import (
     TickResult,
     TransportAttachment,
 )
+from actors.transition import (
+    FAILPOINTS,
+    NO_FAILPOINTS,
+    Failpoints,
+    SessionConfig,
+    StateSnapshot,
+    Transition,
+    check_generation,
+    check_session_id,
+)
 
+# The vocabulary lives in actors.transition; it is re-exported here, where
+# callers of the machine look for it.
 __all__ = [
     "FAILPOINTS",
     "NO_FAILPOINTS",
@@ -89,124 +103,6 @@ __all__ = [
     "Transition",
     "check_session_id",
 ]
-
-#: Every failpoint a transition passes, ``"<command>.<step>"``.
-FAILPOINTS: tuple[str, ...] = (
-    "send_event.enter",
-    "send_event.recorded",
-    "send_event.effects",
-    "acknowledge.enter",
-    "acknowledge.removed",
-    "release_attachment.enter",
-    "release_attachment.detached",
-    "begin_resume.enter",
-    "begin_resume.claimed",
-    "end_resume.enter",
-    "end_resume.released",
-    "settle_lease_generation.enter",
-    "settle_lease_generation.parked",
-    "has_attachment.enter",
-    "is_current_attachment.enter",
-    "authenticate_resume.enter",
-    "authenticate_resume.verified",
-    "resume.enter",
-    "resume.verified",
-    "resume.rotated",
-    "resume.attached",
-    "activation_outcome.enter",
-    "activation_outcome.rolled_back",
-    "abort_resume.enter",
-    "abort_resume.rolled_back",
-    "tick.enter",
-    "tick.pruned",
-    "close.enter",
-    "close.closed",
-)
-
-
-class Failpoints(Protocol):
-    """Told of each step a transition passes; may raise to inject a crash there."""
-
-    def hit(self, name: str, session_id: str) -> None: ...
-
-
-class _NoFailpoints:
-    def hit(self, name: str, session_id: str) -> None:
-        return None
-
-
-NO_FAILPOINTS: Failpoints = _NoFailpoints()
-
-
-def check_session_id(session_id: object, *, strict: bool) -> str:
-    if strict and (not isinstance(session_id, str) or not session_id):
-        raise InvalidSessionIdError("session id must be a non-empty string")
-    return session_id  # type: ignore[return-value]
-
-
-def _check_generation(value: object, *, what: str, optional: bool) -> None:
-    if value is None and optional:
-        return
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidInputError(f"{what} must be an int, got {type(value).__name__}")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SessionConfig:
-    """Per-session limits; the registry hands the same one to every session."""
-
-    replay_ttl_s: float
-    replay_max_bytes: int
-    replay_max_events: int | None = None
-    #: ``None``: the engine owns the grace (the seed's rule). A number: a
-    #: session left detached, with no resume claimed, that long is expired.
-    disconnect_grace_s: float | None = None
-    #: Strict input checks (the native doors); ``False`` takes what the seed took.
-    strict: bool = True
-
-    def __post_init__(self) -> None:
-        if not self.replay_ttl_s > 0:
-            raise ValueError("replay_ttl_s must be positive")
-        if self.replay_max_bytes <= 0:
-            raise ValueError("replay_max_bytes_per_session must be positive")
-        if self.replay_max_events is not None and self.replay_max_events <= 0:
-            raise ValueError("replay_max_events_per_session must be positive")
-        grace = self.disconnect_grace_s
-        if grace is not None and (math.isnan(grace) or grace < 0):
-            raise ValueError("disconnect_grace_s must be None or >= 0")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Transition:
-    """A command's outcome: ``reply`` or ``error`` for the caller, then ``effects``."""
-
-    reply: object = None
-    error: SessionError | None = None
-    effects: tuple[Effect, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class StateSnapshot:
-    """The whole state at one point, O(1) to take; compares equal iff states match."""
-
-    journal: JournalSnapshot
-    token_digest: bytes
-    attachment: TransportAttachment | None
-    attachment_generation: int
-    lease_generation: int
-    pending_resumes: int
-    orphaned_lease_generation: int | None
-    recovery_token_digest: bytes | None
-    activations: tuple[tuple[int, bytes], ...]
-    last_resume: tuple[int, bytes] | None
-    detached_since: float | None
-    closed: bool
-
-    def __repr__(self) -> str:  # digests are not tokens, but stay out of logs anyway
-        return (
-            f"StateSnapshot(attachment_generation={self.attachment_generation}, "
-            f"lease_generation={self.lease_generation}, closed={self.closed})"
-        )
 
 
 class SessionState:
@@ -226,7 +122,7 @@ class SessionState:
     ) -> None:
         self._session_id = check_session_id(session_id, strict=config.strict)
         if config.strict:
-            _check_generation(lease_generation, what="lease_generation", optional=False)
+            check_generation(lease_generation, what="lease_generation", optional=False)
         self._config = config
         self._clock = clock or time.monotonic
         self._failpoints = failpoints
@@ -570,7 +466,7 @@ class SessionState:
         self._failpoint("release_attachment.enter")
         wanted = command.attachment_generation
         if self._config.strict:
-            _check_generation(wanted, what="attachment_generation", optional=True)
+            check_generation(wanted, what="attachment_generation", optional=True)
         if self._attachment is None:
             return None
         if wanted is not None and wanted != self._attachment_generation:
@@ -599,7 +495,7 @@ class SessionState:
     def _on_settle_lease_generation(self, command: SettleLeaseGeneration) -> int | None:
         self._failpoint("settle_lease_generation.enter")
         if self._config.strict:
-            _check_generation(command.lease_generation, what="lease_generation", optional=False)
+            check_generation(command.lease_generation, what="lease_generation", optional=False)
         self._orphaned_lease_generation = max(
             self._orphaned_lease_generation or 0, command.lease_generation
         )
@@ -628,7 +524,7 @@ class SessionState:
         self._failpoint("resume.enter")
         token = self._check_token(command.resume_token)
         if self._config.strict:
-            _check_generation(command.lease_generation, what="lease_generation", optional=True)
+            check_generation(command.lease_generation, what="lease_generation", optional=True)
         # Token before sequence: a stranger learns nothing about the journal.
         used_recovery = self._validate_resume_identity(token)
         replay = self._journal.replay_after(command.last_received_server_event_seq)
