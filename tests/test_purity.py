@@ -16,7 +16,7 @@ import pytest
 import actors
 
 PACKAGE_DIR = Path(actors.__file__).parent
-PURE_MODULES = ("state", "journal", "credential", "messages", "codec")
+PURE_MODULES = ("state", "transition", "journal", "credential", "messages", "codec")
 FORBIDDEN = frozenset({"pykka", "trio", "asyncio", "threading"})
 DYNAMIC_IMPORTERS = frozenset({"import_module", "__import__"})
 
@@ -96,7 +96,7 @@ def test_pure_modules_never_reach_the_actor_or_supervisor_layers() -> None:
 
 
 def test_closure_follows_the_core_through_the_package() -> None:
-    assert {"journal", "errors", "credential", "messages"} <= set(closure("state"))
+    assert {"journal", "errors", "credential", "messages", "transition"} <= set(closure("state"))
     assert {"messages", "journal", "credential", "errors"} <= set(closure("codec"))
 
 
