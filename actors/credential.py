@@ -18,8 +18,12 @@ _TOKEN_BYTES = 32  # 256 bits
 
 
 def token_digest(plaintext: str) -> bytes:
-    """SHA-256 of the token's UTF-8 bytes: the only form a session stores."""
-    return hashlib.sha256(plaintext.encode("utf-8")).digest()
+    """SHA-256 of the token's UTF-8 bytes: the only form a session stores.
+
+    A lone surrogate (no real token has one) is hashed as is, so it fails to
+    verify like any wrong token instead of raising in the session.
+    """
+    return hashlib.sha256(plaintext.encode("utf-8", "surrogatepass")).digest()
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 
@@ -384,23 +385,37 @@ async def _serve(args: argparse.Namespace) -> int:
         resume_failure_window_s=args.resume_window,
     )
     engine = EngineConfig(event_rate_hz=args.event_rate, delta_chars=args.delta_chars)
-    async with trio.open_nursery() as nursery:
-        gateway: Gateway = await nursery.start(
-            lambda task_status: serve_gateway(config, engine_config=engine, task_status=task_status)
-        )
-        logger.info("serving %s (Ctrl-C to stop)", gateway.url)
-        while True:
-            await trio.sleep(args.stats_interval)
-            stats = gateway.registry.stats()
-            logger.info(
-                "sessions=%d attached=%d events=%d resumes=%d connections=%d errors=%s",
-                stats.sessions,
-                stats.attached,
-                stats.events_journaled,
-                stats.resumes,
-                gateway.counters.connections,
-                gateway.counters.errors,
+    # Ctrl-C as a message, not a KeyboardInterrupt raised in whatever task
+    # runs: that would crash the handlers before the gateway says going-away.
+    with trio.open_signal_receiver(signal.SIGINT) as interrupts:
+        async with trio.open_nursery() as nursery:
+            gateway: Gateway = await nursery.start(
+                lambda task_status: serve_gateway(
+                    config, engine_config=engine, task_status=task_status
+                )
             )
+            logger.info("serving %s (Ctrl-C to stop)", gateway.url)
+            nursery.start_soon(_log_stats, gateway, args.stats_interval)
+            async for _ in interrupts:
+                break
+            logger.info("interrupted: closing every connection (going away)")
+            nursery.cancel_scope.cancel()
+    return 130
+
+
+async def _log_stats(gateway: Gateway, interval: float) -> None:
+    while True:
+        await trio.sleep(interval)
+        stats = gateway.registry.stats()
+        logger.info(
+            "sessions=%d attached=%d events=%d resumes=%d connections=%d errors=%s",
+            stats.sessions,
+            stats.attached,
+            stats.events_journaled,
+            stats.resumes,
+            gateway.counters.connections,
+            gateway.counters.errors,
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -416,8 +431,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     runner = {"serve": _serve, "chaos": _chaos, "demo": _demo}[args.command]
     try:
         return trio.run(runner, args)
+    except BaseExceptionGroup as group:
+        # Raised inside trio nurseries, these arrive in exception groups.
+        interrupted, others = group.split(KeyboardInterrupt)
+        if interrupted is not None and others is None:
+            return 130
+        known, others = group.split((OSError, ValueError))
+        if known is None or others is not None:
+            raise
+        print(f"duplex-supervisor: {_first_leaf(known)}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
     except (OSError, ValueError) as exc:
         print(f"duplex-supervisor: {exc}", file=sys.stderr)
         return 2
+
+
+def _first_leaf(error: BaseException) -> BaseException:
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    return error

@@ -124,9 +124,18 @@ def _field(data: dict[str, Any], name: str, kind: type, what: str) -> Any:
     value = data.get(name)
     if kind is int and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
         raise ProtocolError("bad_request", f"{what}.{name} must be a non-negative integer")
-    if kind is str and (not isinstance(value, str) or not value):
+    if kind is str and (not isinstance(value, str) or not value or not _encodable(value)):
         raise ProtocolError("bad_request", f"{what}.{name} must be a non-empty string")
     return value
+
+
+def _encodable(text: str) -> bool:
+    """No lone surrogate (JSON lets ``"\\ud800"`` through; UTF-8 has no such text)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def parse_client_frame(message: str | bytes, *, max_text: int = 16_384) -> ClientFrame:
@@ -142,7 +151,7 @@ def parse_client_frame(message: str | bytes, *, max_text: int = 16_384) -> Clien
     kind = data.get("type")
     if kind == "session.open":
         secret = data.get("secret")
-        if secret is not None and not isinstance(secret, str):
+        if secret is not None and not (isinstance(secret, str) and _encodable(secret)):
             raise ProtocolError("bad_request", "session.open.secret must be a string")
         return OpenSession(secret=secret)
     if kind == "session.resume":

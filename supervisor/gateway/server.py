@@ -178,9 +178,12 @@ class Gateway:
             self.engine._nursery.start_soon(self._end_session, session_id, ws, error)
 
     async def go_away(self) -> None:
+        # All at once: each close waits for its client's answer, and one
+        # silent client must not use up the others' time.
         with trio.move_on_after(2):
-            for ws in list(self._sockets):
-                await ws.aclose(GOING_AWAY, "going_away")
+            async with trio.open_nursery() as nursery:
+                for ws in list(self._sockets):
+                    nursery.start_soon(ws.aclose, GOING_AWAY, "going_away")
 
     # -- one connection ------------------------------------------------------------
 
@@ -200,7 +203,9 @@ class Gateway:
         self._sockets.add(ws)
         try:
             await self._serve(ws, peer)
-        except ConnectionClosed:
+        except* ConnectionClosed:
+            # Also out of _converse's nursery, in a group: this connection
+            # ended, and the handler nursery every session shares must not.
             pass
         finally:
             self._sockets.discard(ws)
@@ -233,8 +238,14 @@ class Gateway:
                 await self.registry.detach(session_id, attachment_generation=generation)
 
     def _parse(self, message: str | bytes) -> object:
-        if len(message) > self.config.max_frame_bytes:
-            raise ProtocolError("bad_request", f"frame over {self.config.max_frame_bytes} bytes")
+        limit = self.config.max_frame_bytes
+        # A text frame's bytes are its UTF-8, up to 4 per character.
+        if len(message) > limit or (
+            isinstance(message, str)
+            and len(message) * 4 > limit
+            and len(message.encode("utf-8", "surrogatepass")) > limit
+        ):
+            raise ProtocolError("bad_request", f"frame over {limit} bytes")
         return parse_client_frame(message)
 
     def _transport(self, ws: WebSocketConnection) -> tuple[object, object]:
@@ -345,29 +356,35 @@ class Gateway:
         """Handle one frame after the handshake; ``False`` ends the connection."""
         assert self.engine is not None  # noqa: S101
         try:
-            frame = self._parse(message)
-            if isinstance(frame, Ack):
-                try:
-                    await self.registry.acknowledge(session_id, frame.server_event_seq)
-                except InvalidSequenceError as exc:
-                    raise ProtocolError("bad_request", str(exc)) from None
-            elif isinstance(frame, Input):
-                if not self.engine.answer(session_id, frame.client_event_id, frame.text):
-                    duplicate = {
-                        "type": "input.duplicate",
-                        "client_event_id": frame.client_event_id,
-                    }
-                    await self.registry.send_event(session_id, duplicate, journal=False)
-            elif isinstance(frame, CloseSession):
-                await self._end_session(session_id, ws, None)
-                return False
-            else:
-                raise ProtocolError("bad_request", "the session is already open")
-        except ProtocolError as error:
-            self._count(error)
-            await self.registry.send_event(session_id, error_frame(error), journal=False)
+            try:
+                frame = self._parse(message)
+                if isinstance(frame, Ack):
+                    try:
+                        await self.registry.acknowledge(session_id, frame.server_event_seq)
+                    except InvalidSequenceError as exc:
+                        raise ProtocolError("bad_request", str(exc)) from None
+                elif isinstance(frame, Input):
+                    if not self.engine.answer(session_id, frame.client_event_id, frame.text):
+                        duplicate = {
+                            "type": "input.duplicate",
+                            "client_event_id": frame.client_event_id,
+                        }
+                        await self.registry.send_event(session_id, duplicate, journal=False)
+                elif isinstance(frame, CloseSession):
+                    await self._end_session(session_id, ws, None)
+                    return False
+                else:
+                    raise ProtocolError("bad_request", "the session is already open")
+            except ProtocolError as error:
+                self._count(error)
+                await self.registry.send_event(session_id, error_frame(error), journal=False)
         except KeyError:
             await self._fatal(ws, ProtocolError("session_failed", "the session is gone"))
+            return False
+        except (ConnectionClosed, SessionError):
+            # An answer's send failed (the peer left, or stopped reading past
+            # the send timeout) or the session failed under us: this
+            # connection ends, not the server with every other session.
             return False
         return True
 
@@ -439,27 +456,42 @@ async def serve_gateway(
     ) as registry:
         gateway = Gateway(config, registry)
         gateway_box.append(gateway)
-        try:
-            async with trio.open_nursery() as nursery:
-                gateway.engine = DemoEngine(
-                    registry, nursery, engine_config, on_overflow=gateway.on_overflow
-                )
-                server = await nursery.start(
-                    lambda task_status: serve_websocket(
-                        gateway.handle,
-                        config.host,
-                        config.port,
-                        _ssl_context(config),
-                        handler_nursery=nursery,
-                        # Ours answers oversize frames first; the library's
-                        # cap only stops a peer that floods far past it.
-                        max_message_size=config.max_frame_bytes * 4,
-                        task_status=task_status,
+        # Once up, the engine and the connection handlers run shielded: a
+        # cancellation from outside (Ctrl-C) first tells every client to go
+        # away, and only then stops them. Cancelled first, their sockets
+        # would just drop.
+        serving = trio.CancelScope()
+
+        async def serve(task_status: trio.TaskStatus[None]) -> None:
+            with serving:
+                async with trio.open_nursery() as nursery:
+                    gateway.engine = DemoEngine(
+                        registry, nursery, engine_config, on_overflow=gateway.on_overflow
                     )
-                )
-                gateway.port = server.port
-                logger.info("gateway listening on %s", gateway.url)
-                task_status.started(gateway)
-        finally:
-            with trio.CancelScope(shield=True):
-                await gateway.go_away()
+                    server = await nursery.start(
+                        lambda task_status: serve_websocket(
+                            gateway.handle,
+                            config.host,
+                            config.port,
+                            _ssl_context(config),
+                            handler_nursery=nursery,
+                            # Ours answers oversize frames first; the library's
+                            # cap only stops a peer that floods far past it.
+                            max_message_size=config.max_frame_bytes * 4,
+                            task_status=task_status,
+                        )
+                    )
+                    gateway.port = server.port
+                    serving.shield = True
+                    task_status.started()
+
+        async with trio.open_nursery() as outer:
+            await outer.start(serve)
+            logger.info("gateway listening on %s", gateway.url)
+            task_status.started(gateway)
+            try:
+                await trio.sleep_forever()
+            finally:
+                with trio.CancelScope(shield=True):
+                    await gateway.go_away()
+                serving.cancel()

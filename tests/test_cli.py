@@ -1,0 +1,228 @@
+"""``duplex-supervisor`` as a user runs it: subprocesses, exit statuses, output."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+
+from supervisor.cli import SECRET_ENV, _parser
+from supervisor.gateway.server import GatewayConfig
+from supervisor.gateway.wire_client import WireClient
+from tests.gateway_support import LIMIT, read_until, read_until_closed, running_gateway
+
+MODULE = [sys.executable, "-m", "supervisor"]
+SCRIPT = Path(sys.executable).with_name("duplex-supervisor")
+
+TOTALS = {
+    "sessions",
+    "events_delivered",
+    "disconnects",
+    "resumes",
+    "replayed",
+    "lost",
+    "duplicated",
+    "errors",
+}
+
+#: The flags the gateway issue asks each command to take (and explain).
+REQUIRED_FLAGS = {
+    "serve": [
+        "--host",
+        "--port",
+        "--max-frame-bytes",
+        "--handshake-timeout",
+        "--ping-interval",
+        "--idle-timeout",
+        "--max-sessions",
+        "--disconnect-grace",
+        "--secret",
+        "--allowed-origin",
+        "--tls-cert",
+        "--tls-key",
+    ],
+    "chaos": ["--clients", "--duration", "--drop-rate", "--seed", "--json"],
+    "demo": ["--clients", "--duration", "--drop-rate", "--seed", "--json"],
+}
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != SECRET_ENV}
+    env["COLUMNS"] = "200"  # help lines unwrapped, so explanations match whole
+    env.update(extra)
+    return env
+
+
+def _run(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(  # noqa: S603 - our own command line
+        [*MODULE, *args], capture_output=True, text=True, timeout=timeout, env=_env(), check=False
+    )
+
+
+def test_demo_json_reports_nothing_lost() -> None:
+    result = _run("demo", "--duration", "3", "--json", "--clients", "8", timeout=90)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 1, result.stdout  # one JSON object, nothing else
+    report = json.loads(lines[0])
+    assert isinstance(report, dict)
+    totals = report["totals"]
+    assert set(totals) >= TOTALS, totals
+    assert totals["lost"] == 0
+    assert totals["duplicated"] == 0
+    assert totals["errors"] == 0
+    assert report["ok"] is True
+    assert totals["sessions"] == 8
+    assert totals["events_delivered"] > 0
+    assert totals["resumes"] == totals["disconnects"]
+    assert "Traceback" not in result.stderr
+
+
+def _subcommands() -> dict[str, argparse.ArgumentParser]:
+    for action in _parser()._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    raise AssertionError("duplex-supervisor has no subcommands")
+
+
+@pytest.mark.parametrize("command", ["serve", "chaos", "demo"])
+def test_help_explains_every_flag(command: str) -> None:
+    assert SCRIPT.exists(), "the duplex-supervisor console script is not installed"
+    result = subprocess.run(  # noqa: S603 - our own command line
+        [str(SCRIPT), command, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=_env(),
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    shown = " ".join(result.stdout.split())
+    parser = _subcommands()[command]
+    flags = [s for a in parser._actions for s in a.option_strings if s.startswith("--")]
+    assert set(REQUIRED_FLAGS[command]) <= set(flags)
+    for action in parser._actions:
+        for flag in action.option_strings:
+            assert flag in shown, f"{command} --help does not mention {flag}"
+        if action.option_strings and action.dest != "help":
+            explained = action.help
+            assert explained and explained != argparse.SUPPRESS, f"{action.dest} unexplained"
+            assert " ".join(explained.split()) in shown, f"{action.dest}: help not shown"
+            assert len(explained.split()) >= 3, f"{action.dest}: {explained!r} explains little"
+    if command == "chaos":
+        assert "url" in shown.lower()
+
+
+@pytest.mark.parametrize(
+    ("args", "complaint"),
+    [
+        (["demo", "--clients", "0"], "argument --clients: must be positive"),
+        (["demo", "--drop-rate", "-1"], "argument --drop-rate: must be >= 0"),
+        (["chaos", "ws://127.0.0.1:9/v1", "--duration", "0"], "argument --duration"),
+        (["serve", "--max-frame-bytes", "lots"], "argument --max-frame-bytes"),
+        (["serve", "--idle-timeout", "-5"], "argument --idle-timeout: must be positive"),
+        (["chaos"], "url"),
+    ],
+)
+def test_bad_flag_value_exits_2_with_a_message(args: list[str], complaint: str) -> None:
+    result = _run(*args)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert "error:" in result.stderr
+    assert complaint in result.stderr
+    assert result.stdout == ""
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def test_settings_the_gateway_refuses_exit_2_with_a_message() -> None:
+    result = _run("serve", "--port", "0", "--tls-cert", "cert.pem")
+    assert result.returncode == 2
+    assert "duplex-supervisor: TLS needs both a certificate and a key" in result.stderr
+    result = _run("serve", "--port", "0", "--max-frame-bytes", "100")
+    assert result.returncode == 2
+    assert "max_frame_bytes must be at least 256" in result.stderr
+
+
+def test_network_errors_exit_2_with_a_message_not_a_traceback() -> None:
+    # Raised inside trio nurseries, these come wrapped in exception groups.
+    result = _run("chaos", f"ws://127.0.0.1:{_closed_port()}/v1", "--duration", "1")
+    assert (result.returncode, result.stdout) == (2, ""), result.stderr
+    assert "duplex-supervisor: all attempts to connect" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        result = _run("serve", "--port", str(taken.getsockname()[1]))
+    assert result.returncode == 2, result.stderr
+    assert "Address already in use" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+async def test_chaos_command_against_a_gateway_with_a_secret() -> None:
+    config = GatewayConfig(port=0, shared_secret="s3cret")
+    with trio.fail_after(LIMIT):
+        async with running_gateway(config) as harness:
+            command = [*MODULE, "chaos", harness.url, "--json", "--clients", "3"]
+            command += ["--duration", "1.5", "--drop-rate", "2", "--seed", "5"]
+            result = await trio.run_process(
+                command,
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+                env=_env(**{SECRET_ENV: "s3cret"}),
+            )
+            stderr = result.stderr.decode()
+            assert result.returncode == 0, stderr
+            report = json.loads(result.stdout)
+            assert report["ok"] is True
+            assert report["totals"]["sessions"] == 3
+            assert harness.gateway.counters.sessions_opened == 3
+            assert "unauthorized" not in harness.gateway.counters.errors
+
+
+async def test_serve_on_sigint_closes_connections_going_away() -> None:
+    # Busy (500 events/s), so a Ctrl-C often lands while some task runs.
+    command = [*MODULE, "serve", "--port", "0", "--stats-interval", "0.2", "--event-rate", "500"]
+    with trio.fail_after(LIMIT):
+        process = await trio.lowlevel.open_process(command, stderr=subprocess.PIPE, env=_env())
+        try:
+            assert process.stderr is not None
+            log = b""
+            while b"/v1\n" not in log:
+                chunk = await process.stderr.receive_some()
+                assert chunk, log
+                log += chunk
+            line = next(ln for ln in log.decode().splitlines() if "listening on" in ln)
+            client = await WireClient.connect(line.rsplit(" ", 1)[-1])
+            try:
+                await client.send_json({"type": "session.open"})
+                await read_until(client, "response.output_text.delta")
+                process.send_signal(signal.SIGINT)
+                _, closed = await read_until_closed(client)
+            finally:
+                await client.cut()
+            assert (closed.code, closed.reason) == (1001, "going_away")
+            assert await process.wait() == 130
+            while chunk := await process.stderr.receive_some():
+                log += chunk
+            assert b"Traceback" not in log, log.decode()
+        finally:
+            if process.returncode is None:
+                process.kill()
+            with trio.CancelScope(shield=True):
+                await process.wait()
+                if process.stderr is not None:
+                    await process.stderr.aclose()

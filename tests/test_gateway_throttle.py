@@ -1,0 +1,121 @@
+"""Per-peer resume throttling, and a silent peer detached after the idle timeout."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import trio
+
+from supervisor.gateway.protocol import CLOSE_CODES
+from supervisor.gateway.server import GatewayConfig
+from supervisor.gateway.wire_client import WireClosedError
+from tests.gateway_support import (
+    LIMIT,
+    Opened,
+    errors,
+    read_until,
+    read_until_closed,
+    running_gateway,
+    seqs,
+)
+
+ATTACKER = "127.0.0.2"
+OWNER = "127.0.0.1"
+
+
+async def test_failed_resumes_throttle_that_address_only() -> None:
+    config = GatewayConfig(port=0, resume_failures_allowed=3, resume_failure_window_s=60)
+    with trio.fail_after(LIMIT):
+        async with running_gateway(config) as harness:
+            opened = await harness.open()
+            first = await read_until(opened.client, "response.output_text.delta")
+            await opened.client.cut()
+            await harness.wait_detached(opened.session_id)
+            sid = opened.session_id
+
+            async def attempt(token: str, address: str) -> tuple[list[object], int | None]:
+                client = await harness.resume(sid, token, seqs(first)[-1], local_address=address)
+                frames, closed = await read_until_closed(client)
+                return errors(frames), closed.code
+
+            # Three failures are allowed; from then on that address is throttled.
+            for _ in range(3):
+                assert await attempt("guessed-token", ATTACKER) == (
+                    ["invalid_resume_token"],
+                    CLOSE_CODES["invalid_resume_token"],
+                )
+            throttled = (["resume_throttled"], CLOSE_CODES["resume_throttled"])
+            assert throttled[1] == 4429
+            assert await attempt("guessed-token", ATTACKER) == throttled
+            # Even the right token: the check comes before the token is looked at...
+            assert await attempt(opened.token, ATTACKER) == throttled
+
+            # ...and it did not consume the token: the owner, from elsewhere, resumes.
+            client = await harness.resume(sid, opened.token, seqs(first)[-1], local_address=OWNER)
+            resumed = await client.receive_json()
+            assert resumed["type"] == "session.resumed", resumed
+            assert resumed["attachment_generation"] == 2
+            more = await read_until(client, "response.output_text.delta")
+            assert seqs(more)[0] == seqs(first)[-1] + 1
+            assert harness.gateway.counters.errors == {
+                "invalid_resume_token": 3,
+                "resume_throttled": 2,
+            }
+            # The attacker stays throttled, token or not, while the window lasts.
+            assert await attempt(str(resumed["resume_token"]), ATTACKER) == throttled
+            assert await harness.gateway.registry.has_attachment(sid)
+
+
+async def test_unknown_sessions_count_as_failed_resumes() -> None:
+    config = GatewayConfig(port=0, resume_failures_allowed=2)
+    with trio.fail_after(LIMIT):
+        async with running_gateway(config) as harness:
+            codes = []
+            for n in range(3):
+                client = await harness.resume(f"sess_guess{n}", "t", 0, local_address=ATTACKER)
+                frames, closed = await read_until_closed(client)
+                codes.append((errors(frames), closed.code))
+            assert codes == [
+                (["unknown_session"], 4404),
+                (["unknown_session"], 4404),
+                (["resume_throttled"], 4429),
+            ]
+            # Opening a session is not a resume: it is never throttled.
+            opened = await harness.open()
+            assert opened.generation == 1
+
+
+async def _silent(opened: Opened) -> None:
+    """Read frames and never answer a ping, like a peer whose link died half-way."""
+    # The gateway closes the socket once it detached it; a peer really gone
+    # would never read that close, and the session does not depend on it.
+    with contextlib.suppress(WireClosedError):
+        while True:
+            await opened.client.receive_json()
+
+
+@pytest.mark.parametrize("reads", [True, False], ids=["reads_no_pongs", "reads_nothing"])
+async def test_a_silent_peer_is_detached_after_the_idle_timeout(reads: bool) -> None:
+    config = GatewayConfig(port=0, ping_interval_s=0.1, idle_timeout_s=0.3)
+    with trio.fail_after(LIMIT):
+        async with running_gateway(config) as harness:
+            talker = await harness.neighbour()  # answers pings: stays attached
+            silent = await harness.open(answer_pings=False)
+            assert await harness.gateway.registry.has_attachment(silent.session_id)
+            if reads:
+                harness.nursery.start_soon(_silent, silent)
+            await harness.wait_detached(silent.session_id)
+            # The client never closed its socket; the gateway noticed on its own.
+            # Detached, not closed: the session waits for a resume.
+            assert silent.session_id in harness.gateway.registry.session_ids()
+            # A session with a live peer is left alone for the same time.
+            await trio.sleep(0.5)
+            assert await harness.gateway.registry.has_attachment(talker.opened.session_id)
+            await talker.check_undisturbed()
+            # The silent one resumes from where it was, losing nothing.
+            client = await harness.resume(silent.session_id, silent.token, 0)
+            resumed = await client.receive_json()
+            assert resumed["type"] == "session.resumed", resumed
+            replay = await read_until(client, "response.output_text.delta")
+            assert seqs(replay) == [1]
