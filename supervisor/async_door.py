@@ -457,6 +457,18 @@ class AsyncSessionRegistry:
         except SessionCrashedError:
             logger.warning("rolling back a cancelled resume of %s crashed once", session_id)
 
+    async def abandon_resume(self, session_id: str, *, attachment_generation: int) -> bool:
+        """Roll back a resume the client may never have seen the answer to.
+
+        For a transport that can lose the activation after ``send`` returned
+        (a link that dropped before the client read it): if the resume of
+        ``attachment_generation`` is still the current one, it is undone as a
+        failed activation would be: detached, the presented token usable
+        once more, the rotated token still valid. ``False`` if it was not.
+        """
+        command = AbortResume(attachment_generation=attachment_generation)
+        return bool(await self._ask(session_id, command))
+
     async def close(self, session_id: str) -> TransportAttachment | None:
         self._check_open()
         self._flush(session_id)

@@ -25,6 +25,7 @@ from typing import Any
 from actors.errors import RegistryClosedError
 from actors.journal import JournalEntry
 from actors.messages import (
+    AbortResume,
     Acknowledge,
     ActivationPayloadFactory,
     AuthenticateResume,
@@ -436,6 +437,13 @@ class ThreadSessionRegistry:
             outbox.retire("resume_failed")
             raise
         return result
+
+    def abandon_resume(
+        self, session_id: str, *, attachment_generation: int, timeout: float | None = None
+    ) -> bool:
+        """Roll back a resume the client may never have seen; see the async door's."""
+        command = AbortResume(attachment_generation=attachment_generation)
+        return bool(self._ask(session_id, command, timeout))
 
     def close(self, session_id: str, *, timeout: float | None = None) -> TransportAttachment | None:
         reply = self._open_reply()

@@ -99,3 +99,28 @@ def test_resume_behind_a_succeeding_activation_is_refused_with_the_old_token() -
         assert wire.payloads() == []
         assert reg.is_current_attachment("s", 2) is True
         assert gate.frames[0] == {"type": "resumed", "generation": 2}
+
+
+def test_abandon_resume_rolls_back_only_the_current_generation() -> None:
+    with registry() as reg:
+        wire = Wire()
+        created = reg.create("s", send=wire.send, close=wire.close)
+        presented = created.resume_token.plaintext
+        resumed = reg.resume(
+            "s",
+            resume_token=presented,
+            last_received_server_event_seq=0,
+            send=wire.send,
+            close=wire.close,
+        )
+        assert reg.abandon_resume("s", attachment_generation=1) is False
+        assert reg.has_attachment("s") is True
+        assert reg.abandon_resume("s", attachment_generation=2) is True
+        assert reg.has_attachment("s") is False
+        # Both tokens get in now: the presented one once, the rotated one as usual.
+        reg.authenticate_resume("s", resume_token=presented, last_received_server_event_seq=0)
+        reg.authenticate_resume(
+            "s", resume_token=resumed.resume_token.plaintext, last_received_server_event_seq=0
+        )
+        with pytest.raises(KeyError):
+            reg.abandon_resume("nope", attachment_generation=1)

@@ -53,3 +53,16 @@ async def test_chaos_clients_lose_and_repeat_nothing() -> None:
                 while harness.gateway.registry.session_ids():
                     await trio.sleep(0.02)
             assert harness.gateway.registry.session_ids() == []
+
+
+async def test_a_refused_open_is_counted_as_an_error_not_raised() -> None:
+    config = GatewayConfig(port=0, shared_secret="s3cret")
+    with trio.fail_after(LIMIT):
+        async with running_gateway(config) as harness:
+            report = await run_chaos(
+                harness.url, ChaosConfig(clients=3, duration_s=0.5, drop_rate=0.0)
+            )
+    assert report.totals.errors == 3
+    assert report.totals.error_codes == {"unauthorized": 3}
+    assert report.totals.sessions == 0
+    assert not report.ok

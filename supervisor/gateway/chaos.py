@@ -75,6 +75,10 @@ class ChaosReport:
         return {"totals": dataclasses.asdict(self.totals), "ok": self.ok}
 
 
+class _RefusedError(Exception):
+    """The gateway refused to open a session (its error frame was counted)."""
+
+
 class _Client:
     """One chaos client's state and checks."""
 
@@ -90,6 +94,8 @@ class _Client:
         self.answered: set[str] = set()
         self.input_ids = itertools.count(1)
         self.prefix = f"c{index}"
+        #: The open connection, if any: closed whatever ends the run.
+        self.ws: WireClient | None = None
 
     def on_frame(self, frame: dict[str, object]) -> None:
         seq = frame.get("server_event_seq")
@@ -124,16 +130,18 @@ class _Client:
     async def open(self) -> WireClient:
         ws = await WireClient.connect(self.url)
         await ws.send_json({"type": "session.open", "secret": self.config.secret})
+        self.ws = ws
         created = await ws.receive_json()
         if created.get("type") != "session.created":
-            raise RuntimeError(f"expected session.created, got {created.get('type')}")
+            self.on_frame(created)  # counts the error frame that refused it
+            raise _RefusedError(str(created.get("code")))
         self.session_id = str(created["session_id"])
         self.token = str(created["resume_token"])
         self.report.sessions += 1
         return ws
 
     async def resume(self) -> WireClient:
-        ws = await WireClient.connect(self.url)
+        ws = self.ws = await WireClient.connect(self.url)
         await ws.send_json(
             {
                 "type": "session.resume",
@@ -175,20 +183,33 @@ class _Client:
         return False
 
     async def run(self, deadline: float) -> None:
-        ws = await self.open()
-        while True:
-            try:
-                cut = await self.pump(ws, deadline)
-            except (WireClosedError, trio.BrokenResourceError) as exc:
-                self.report.errors += 1
-                self.report.error_codes[type(exc).__name__] = 1
-                return
-            if not cut:
-                break
+        """Play one client to ``deadline``; whatever goes wrong is counted, not raised."""
+        try:
+            await self._play(deadline)
+        except OSError:
+            if self.report.sessions == 0:
+                raise  # no gateway there at all: the caller's error, not chaos
+            self._count_failure("OSError")
+        except (WireClosedError, trio.BrokenResourceError, _RefusedError) as exc:
+            if not isinstance(exc, _RefusedError):  # a refusal's error frame was counted
+                self._count_failure(type(exc).__name__)
+        finally:
+            if self.ws is not None:
+                with trio.CancelScope(shield=True):
+                    await self.ws.cut()
+
+    def _count_failure(self, name: str) -> None:
+        self.report.errors += 1
+        self.report.error_codes[name] = self.report.error_codes.get(name, 0) + 1
+
+    async def _play(self, deadline: float) -> None:
+        ws = self.ws = await self.open()
+        while await self.pump(ws, deadline):
             await ws.cut()
+            self.ws = None
             self.report.disconnects += 1
             await trio.sleep(self.random.uniform(0, self.config.max_reconnect_delay_s))
-            ws = await self.resume()
+            ws = self.ws = await self.resume()
         # Let the last answers arrive, then end the session politely.
         with trio.move_on_after(5):
             while self.unanswered:
@@ -202,6 +223,7 @@ class _Client:
             except WireClosedError:
                 pass
         await ws.close()
+        self.ws = None
 
 
 def _total(reports: list[ClientReport]) -> ClientReport:

@@ -16,6 +16,7 @@ address is never locked out.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import json
 import logging
@@ -100,6 +101,8 @@ class GatewayCounters:
     sessions_opened: int = 0
     resumes: int = 0
     replaced: int = 0
+    #: Resumes rolled back because the connection ended before the client spoke.
+    unconfirmed_resumes: int = 0
     errors: dict[str, int] = field(default_factory=dict)
 
 
@@ -229,13 +232,24 @@ class Gateway:
             await self._fatal(ws, error)
             return
         self._live[session_id] = ws
+        # A resume stays unconfirmed until the client speaks on the new
+        # connection: session.resumed may have died with the link, leaving the
+        # client only the token it presented.
+        heard = [isinstance(frame, OpenSession)]
         try:
-            await self._converse(ws, session_id)
+            await self._converse(ws, session_id, heard)
         finally:
             if self._live.get(session_id) is ws:
                 del self._live[session_id]
             with trio.CancelScope(shield=True):
+                if not heard[0]:
+                    await self._abandon_resume(session_id, generation)
                 await self.registry.detach(session_id, attachment_generation=generation)
+
+    async def _abandon_resume(self, session_id: str, generation: int) -> None:
+        with contextlib.suppress(KeyError, SessionError):
+            if await self.registry.abandon_resume(session_id, attachment_generation=generation):
+                self.counters.unconfirmed_resumes += 1
 
     def _parse(self, message: str | bytes) -> object:
         limit = self.config.max_frame_bytes
@@ -338,7 +352,7 @@ class Gateway:
                 await result.replaced_attachment.close("replaced")
         return session_id, result.attachment_generation
 
-    async def _converse(self, ws: WebSocketConnection, session_id: str) -> None:
+    async def _converse(self, ws: WebSocketConnection, session_id: str, heard: list[bool]) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._keepalive, ws, nursery.cancel_scope)
             while True:
@@ -346,6 +360,7 @@ class Gateway:
                     message = await ws.get_message()
                 except ConnectionClosed:
                     break
+                heard[0] = True
                 if not await self._on_frame(ws, session_id, message):
                     break
             nursery.cancel_scope.cancel()
