@@ -36,6 +36,15 @@ def _positive(kind: Callable[[str], float]) -> Callable[[str], float]:
     return parse
 
 
+def _grace(text: str) -> float | None:
+    if text.strip().lower() == "none":
+        return None
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive or 'none', got {text}")
+    return value
+
+
 def _non_negative(text: str) -> float:
     value = float(text)
     if value < 0:
@@ -178,9 +187,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     limits.add_argument(
         "--disconnect-grace",
-        type=_positive(float),
+        type=_grace,
         default=60.0,
-        help="seconds a detached session waits for a resume (default 60)",
+        help="seconds a detached session waits for a resume, or 'none' to keep detached "
+        "sessions until a client closes them (default 60)",
     )
     limits.add_argument(
         "--replay-ttl",

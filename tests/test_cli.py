@@ -226,3 +226,15 @@ async def test_serve_on_sigint_closes_connections_going_away() -> None:
                 await process.wait()
                 if process.stderr is not None:
                     await process.stderr.aclose()
+
+
+def test_disconnect_grace_takes_seconds_or_none() -> None:
+    from supervisor.cli import _parser
+
+    parse = _parser().parse_args
+    assert parse(["serve", "--disconnect-grace", "none"]).disconnect_grace is None
+    assert parse(["serve", "--disconnect-grace", "2.5"]).disconnect_grace == 2.5
+    for bad in ("0", "-1", "soon"):
+        with pytest.raises(SystemExit) as exit_info:
+            parse(["serve", "--disconnect-grace", bad])
+        assert exit_info.value.code == 2

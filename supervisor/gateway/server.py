@@ -80,6 +80,7 @@ class GatewayConfig:
     allowed_origins: tuple[str, ...] = ()
     tls_cert: str | None = None
     tls_key: str | None = None
+    close_timeout_s: float = 5.0
     resume_failures_allowed: int = 5
     resume_failure_window_s: float = 60.0
 
@@ -90,7 +91,7 @@ class GatewayConfig:
             raise ValueError("max_frame_bytes must be at least 256")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("TLS needs both a certificate and a key")
-        for name in ("handshake_timeout_s", "ping_interval_s", "idle_timeout_s"):
+        for name in ("handshake_timeout_s", "ping_interval_s", "idle_timeout_s", "close_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive")
 
@@ -493,6 +494,10 @@ async def serve_gateway(
                             # Ours answers oversize frames first; the library's
                             # cap only stops a peer that floods far past it.
                             max_message_size=config.max_frame_bytes * 4,
+                            connect_timeout=config.handshake_timeout_s,
+                            # A half-open peer never answers our close: do
+                            # not hold its handler for the library's minute.
+                            disconnect_timeout=config.close_timeout_s,
                             task_status=task_status,
                         )
                     )
