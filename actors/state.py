@@ -133,8 +133,8 @@ class SessionState:
             max_events=config.replay_max_events,
             strict=config.strict,
         )
-        self._issued_token = token or ResumeToken.generate()
-        self._credential = ResumeCredential.from_token(self._issued_token)
+        # Only the digest is kept; open() hands the plaintext out, once.
+        self._credential = ResumeCredential.from_token(token or ResumeToken.generate())
         # Invariant: >= 1, only grows; names the current (or last) attachment.
         self._attachment_generation = 1
         # Invariant: None or attachment.generation == _attachment_generation.
@@ -176,6 +176,7 @@ class SessionState:
         failpoints: Failpoints = NO_FAILPOINTS,
     ) -> tuple[SessionState, Transition]:
         """A new attached session and its creation transition (token, event)."""
+        token = ResumeToken.generate()
         state = cls(
             session_id=session_id,
             config=config,
@@ -184,11 +185,12 @@ class SessionState:
             lease_generation=lease_generation,
             clock=clock,
             failpoints=failpoints,
+            token=token,
         )
         created = SessionCreated(
             session_id=state._session_id,
             attachment_generation=1,
-            resume_token=state._issued_token,
+            resume_token=token,
         )
         return state, Transition(reply=created, effects=(Notify(event=state._event("created")),))
 
