@@ -1,9 +1,7 @@
 """Helpers for the soak, fuzz and security tests (no tests here).
 
 * :func:`serving` runs a real gateway on 127.0.0.1, port 0, in the current
-  trio run; ``faults=`` hands a :class:`FaultPlan` to the gateway's registry
-  (``serve_gateway`` takes none, so its ``open_session_registry`` is wrapped
-  for the duration).
+  trio run; ``faults=`` hands a :class:`FaultPlan` to the gateway's registry.
 * :class:`BackgroundGateway` runs the same in a thread of its own, with a
   neighbouring session that streams through the whole test and records every
   frame, for tests (hypothesis) that drive clients with a ``trio.run`` each.
@@ -26,7 +24,6 @@ from typing import Any
 
 import trio
 
-import supervisor.gateway.server as server_module
 from supervisor.faults import FaultPlan
 from supervisor.gateway.engine import EngineConfig
 from supervisor.gateway.server import Gateway, GatewayConfig, serve_gateway
@@ -103,23 +100,14 @@ async def serving(
     """A gateway on a free loopback port until the block ends."""
     config = config or GatewayConfig(port=0)
     assert config.port == 0
-    with contextlib.ExitStack() as stack:
-        if faults is not None:
-            stack.enter_context(
-                patched(
-                    server_module,
-                    "open_session_registry",
-                    lambda original: functools.partial(original, faults=faults),
-                )
-            )
-        async with trio.open_nursery() as nursery:
-            gateway: Gateway = await nursery.start(
-                functools.partial(serve_gateway, config, engine_config=engine)
-            )
-            try:
-                yield gateway
-            finally:
-                nursery.cancel_scope.cancel()
+    async with trio.open_nursery() as nursery:
+        gateway: Gateway = await nursery.start(
+            functools.partial(serve_gateway, config, engine_config=engine, faults=faults)
+        )
+        try:
+            yield gateway
+        finally:
+            nursery.cancel_scope.cancel()
 
 
 async def read_until_closed(client: WireClient) -> tuple[list[Frame], WireClosedError]:

@@ -33,10 +33,12 @@ from actors.errors import (
     InvalidResumeTokenError,
     InvalidSequenceError,
     JournalGapError,
+    SessionCrashedError,
     SessionError,
 )
 from actors.messages import LifecycleEvent
 from supervisor.async_door import AsyncSessionRegistry
+from supervisor.faults import FaultPlan
 from supervisor.gateway.engine import DemoEngine, EngineConfig
 from supervisor.gateway.protocol import (
     CLOSE_CODES,
@@ -211,6 +213,11 @@ class Gateway:
             # Also out of _converse's nursery, in a group: this connection
             # ended, and the handler nursery every session shares must not.
             pass
+        except* Exception as group:
+            # A bug of ours: this connection ends (1011), the gateway does not.
+            logger.error("a connection's handler failed", exc_info=group)
+            with trio.move_on_after(1), contextlib.suppress(ConnectionClosed):
+                await ws.aclose(1011, "internal_error")
         finally:
             self._sockets.discard(ws)
 
@@ -231,6 +238,12 @@ class Gateway:
                 raise ProtocolError("bad_request", "first frame must be session.open or resume")
         except ProtocolError as error:
             await self._fatal(ws, error)
+            return
+        except SessionError as exc:
+            # A crash (retryable) or a failed session: this client is told,
+            # the gateway and every other session go on.
+            logger.warning("a session open/resume failed: %s", type(exc).__name__)
+            await self._fatal(ws, ProtocolError("session_failed", type(exc).__name__))
             return
         self._live[session_id] = ws
         # A resume stays unconfirmed until the client speaks on the new
@@ -409,7 +422,11 @@ class Gateway:
     ) -> None:
         if self.engine is not None:
             self.engine.stop(session_id)
-        await self.registry.close(session_id)
+        try:
+            await self.registry.close(session_id)
+        except SessionCrashedError:
+            # Retryable, and a crashed close left no trace: close it again.
+            await self.registry.close(session_id)
         if error is None:
             await ws.aclose(1000, "session_closed")
         else:
@@ -454,9 +471,14 @@ async def serve_gateway(
     config: GatewayConfig,
     *,
     engine_config: EngineConfig | None = None,
+    faults: FaultPlan | None = None,
     task_status: trio.TaskStatus[Gateway] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve until cancelled; ``nursery.start`` gets the :class:`Gateway` (its ``url``)."""
+    """Serve until cancelled; ``nursery.start`` gets the :class:`Gateway` (its ``url``).
+
+    ``faults``: a :class:`~supervisor.faults.FaultPlan` for the registry, to
+    test what clients see when sessions or the supervisor fail.
+    """
     gateway_box: list[Gateway] = []
 
     def observe(event: LifecycleEvent) -> None:
@@ -469,6 +491,7 @@ async def serve_gateway(
         disconnect_grace_s=config.disconnect_grace_s,
         send_timeout_s=config.send_timeout_s,
         observer=observe,
+        faults=faults,
     ) as registry:
         gateway = Gateway(config, registry)
         gateway_box.append(gateway)
