@@ -170,7 +170,10 @@ class AsyncSessionRegistry:
         self._max_pending = max_pending_per_session
         # Calls in flight per session (touched on the loop only).
         self._pending: dict[str, int] = {}
+        # Outboxes whose pumps may still run (for the drain on exit); finished
+        # ones are dropped whenever the list doubles: O(1) a create, amortized.
         self._outboxes: list[OutboxCore] = []
+        self._prune_outboxes_at = 64
         # send_event_nowait calls of this loop tick, per session, not yet sent:
         # (journal flag, payloads). Flushed at the end of the tick, or before
         # any other call to that session, so per-session order holds.
@@ -209,6 +212,12 @@ class AsyncSessionRegistry:
         raise NotImplementedError
 
     # -- plumbing -------------------------------------------------------------------
+
+    def _keep(self, outbox: OutboxCore) -> None:
+        self._outboxes.append(outbox)
+        if len(self._outboxes) >= self._prune_outboxes_at:
+            self._outboxes = [o for o in self._outboxes if not o.finished]
+            self._prune_outboxes_at = 2 * len(self._outboxes) + 64
 
     @property
     def system(self) -> SessionSystem:

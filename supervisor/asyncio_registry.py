@@ -135,8 +135,7 @@ class AsyncioSessionRegistry(AsyncSessionRegistry):
             send_timeout_s=self._send_timeout_s,
             faults=self._system.transport_faults,
         )
-        self._outboxes = [o for o in self._outboxes if not o.finished]
-        self._outboxes.append(outbox)
+        self._keep(outbox)
         self._spawn(outbox.run())
         return outbox
 

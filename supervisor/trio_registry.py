@@ -103,8 +103,7 @@ class TrioSessionRegistry(AsyncSessionRegistry):
             send_timeout_s=self._send_timeout_s,
             faults=self._system.transport_faults,
         )
-        self._outboxes = [o for o in self._outboxes if not o.finished]
-        self._outboxes.append(outbox)
+        self._keep(outbox)
         self._nursery.start_soon(outbox.run, name=f"duplex-outbox:{session_id}")
         return outbox
 
