@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import queue
 import threading
 import uuid
 from collections.abc import Callable
@@ -117,12 +118,57 @@ class _Stop:
     reply: Reply = field(repr=False)
 
 
+_MESSAGES = (_Create, _Close, _Gone, _Sweep, _Stop)
+
+
+class _SupervisorInbox:
+    """pykka's inbox contract (put/get/empty), closable like a session's.
+
+    A supervisor that gives up closes it: a message of ours sent after that is
+    refused (``ActorDeadError``, so its sender starts the successor) instead of
+    being queued behind the stop, where pykka would drop it unanswered.
+    """
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def put(self, envelope: Any) -> None:
+        with self._lock:
+            if self._closed and isinstance(envelope.message, _MESSAGES):
+                raise pykka.ActorDeadError("this supervisor has handed over")
+            self._queue.put(envelope)
+
+    def get(self) -> Any:
+        return self._queue.get()
+
+    def empty(self) -> bool:
+        return self._queue.empty()
+
+    def close(self) -> list[Any]:
+        """Refuse our messages from now on; take out those queued, in order."""
+        with self._lock:
+            self._closed = True
+            envelopes = []
+            while not self._queue.empty():
+                envelopes.append(self._queue.get_nowait())
+            for envelope in envelopes:  # pykka's own (a stop) stay queued
+                if not isinstance(envelope.message, _MESSAGES):
+                    self._queue.put(envelope)
+        return [e.message for e in envelopes if isinstance(e.message, _MESSAGES)]
+
+
 class SupervisorActor(pykka.ThreadingActor):
     """Owns the routing table of one registry. Dies on a crash; see SessionSystem."""
 
     def __init__(self, system: SessionSystem) -> None:
         super().__init__()
         self._system = system
+
+    @staticmethod
+    def _create_actor_inbox() -> Any:
+        return _SupervisorInbox()
 
     def on_start(self) -> None:
         threading.current_thread().name = f"duplex-supervisor:{self._system.registry_id}"
@@ -139,6 +185,9 @@ class SupervisorActor(pykka.ThreadingActor):
                 error = SessionCrashedError("the supervisor crashed handling this call")
                 error.__cause__ = exc
                 reply.fail(error)
+            inbox = self.actor_inbox
+            assert isinstance(inbox, _SupervisorInbox)  # noqa: S101
+            self._system.hand_over(self.actor_ref, inbox.close())
             self.stop()
         return None
 
@@ -270,7 +319,11 @@ class SessionSystem:
         # registered itself on start: what a new supervisor takes over from.
         self._actors: dict[str, SessionActor] = {}
         self._stats_lock = threading.Lock()
+        # Every session thread that may still run, for join(); threads that
+        # ended are dropped whenever the list doubles (amortized O(1) a create:
+        # pruning on every create made 10,000 creates take 50 s).
         self._threads: list[threading.Thread] = []
+        self._prune_threads_at = 64
         self._retired = dict.fromkeys(_SUMMED, 0)
         self._failed = 0
         self._expired = 0
@@ -406,8 +459,10 @@ class SessionSystem:
         with self._stats_lock:
             self._actors[actor.actor_urn] = actor
         self._table[actor.session_id] = actor.actor_ref
-        self._threads = [t for t in self._threads if t.is_alive()]
         self._threads.append(actor.thread)
+        if len(self._threads) >= self._prune_threads_at:
+            self._threads = [t for t in self._threads if t.is_alive()]
+            self._prune_threads_at = 2 * len(self._threads) + 64
 
     def session_gone(self, session_id: str, actor_urn: str, reason: str) -> None:
         with contextlib.suppress(RegistryClosedError):
@@ -510,12 +565,19 @@ class SessionSystem:
                 for name in _SUMMED:
                     self._retired[name] += getattr(actor.counters, name)
 
+    def hand_over(self, dead: pykka.ActorRef[SupervisorActor], queued: list[Any]) -> None:
+        """A supervisor gave up: start its successor and pass on what it left queued."""
+        self._take_over(dead)
+        for message in queued:
+            self._tell_supervisor(message, getattr(message, "reply", None))
+
     def _tell_supervisor(self, message: object, reply: Reply | None = None) -> None:
         for _ in range(2):
+            supervisor = self._supervisor
             try:
-                self._supervisor.tell(message)
+                supervisor.tell(message)
             except pykka.ActorDeadError:
-                if not self._take_over() and reply is not None:
+                if not self._take_over(supervisor) and reply is not None:
                     reply.fail(RegistryClosedError("the session registry is shut down"))
                     return
             else:
@@ -525,10 +587,11 @@ class SessionSystem:
         actor_class = _DaemonSupervisorActor if self._context.daemon_threads else SupervisorActor
         return actor_class.start(self)
 
-    def _take_over(self) -> bool:
-        """Start a new supervisor if ours died (and we are not shutting down)."""
+    def _take_over(self, refused: pykka.ActorRef[SupervisorActor] | None = None) -> bool:
+        """Start a new supervisor if ours died, or is ``refused`` (one that handed
+        over), unless we are shutting down."""
         with self._takeover_lock:
-            if self._supervisor.is_alive():
+            if self._supervisor is not refused and self._supervisor.is_alive():
                 return True
             if self._closed:
                 return False
