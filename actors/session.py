@@ -65,6 +65,7 @@ from actors.state import Failpoints, SessionConfig, SessionState, Transition
 __all__ = [
     "THREAD_NAME_PREFIX",
     "Call",
+    "ClosableInbox",
     "InboxClosedError",
     "SessionActor",
     "SessionContext",
@@ -181,18 +182,26 @@ class Shutdown(_Mail):
     reply: Reply | None = field(default=None, repr=False)
 
 
-class _Inbox:
-    """pykka's inbox contract (put/get/empty) on a SimpleQueue, closable."""
+class ClosableInbox:
+    """pykka's inbox contract (put/get/empty) on a SimpleQueue, closable.
 
-    def __init__(self) -> None:
+    Once :meth:`close` ran, a message of one of ``guarded`` types is refused
+    at ``put`` (``refusal`` is raised: an ``ActorDeadError``), so its sender
+    learns at once instead of queueing behind a stop, where pykka would drop
+    it unanswered. pykka's own messages (a stop) are always let through.
+    """
+
+    def __init__(self, guarded: type | tuple[type, ...], refusal: str) -> None:
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._closed = False
+        self._guarded = guarded
+        self._refusal = refusal
 
     def put(self, envelope: Any) -> None:
         with self._lock:
-            if self._closed and isinstance(envelope.message, _Mail):
-                raise InboxClosedError("session is gone")
+            if self._closed and isinstance(envelope.message, self._guarded):
+                raise InboxClosedError(self._refusal)
             self._queue.put(envelope)
 
     def get(self) -> Any:
@@ -201,15 +210,17 @@ class _Inbox:
     def empty(self) -> bool:
         return self._queue.empty()
 
-    def close_and_drain(self) -> list[Any]:
+    def close(self) -> list[Any]:
+        """Refuse guarded messages from now on; take out those queued, in order."""
         with self._lock:
             self._closed = True
-        drained: list[Any] = []
-        while True:
-            try:
-                drained.append(self._queue.get_nowait())
-            except queue.Empty:
-                return drained
+            envelopes = []
+            while not self._queue.empty():
+                envelopes.append(self._queue.get_nowait())
+            for envelope in envelopes:  # pykka's own (a stop) stay queued
+                if not isinstance(envelope.message, self._guarded):
+                    self._queue.put(envelope)
+        return [e.message for e in envelopes if isinstance(e.message, self._guarded)]
 
 
 class SessionActor(pykka.ThreadingActor):
@@ -248,7 +259,7 @@ class SessionActor(pykka.ThreadingActor):
 
     @staticmethod
     def _create_actor_inbox() -> Any:
-        return _Inbox()
+        return ClosableInbox(_Mail, "session is gone")
 
     def _start_actor_loop(self) -> None:
         # pykka's own, but keeping the thread so shutdown can join it.
@@ -474,8 +485,8 @@ class SessionActor(pykka.ThreadingActor):
         held = list(self._stash)
         self._stash.clear()
         inbox = self.actor_inbox
-        assert isinstance(inbox, _Inbox)  # noqa: S101
-        held += [env.message for env in inbox.close_and_drain() if isinstance(env.message, Call)]
+        assert isinstance(inbox, ClosableInbox)  # noqa: S101
+        held += [message for message in inbox.close() if isinstance(message, Call)]
         for call in held:
             if answer is not None:
                 answer(call)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import queue
 import threading
 import uuid
 from collections.abc import Callable
@@ -35,7 +34,14 @@ from actors.messages import (
     Tick,
 )
 from actors.ports import LoopPort, Outbox, Reply
-from actors.session import Call, SessionActor, SessionContext, Shutdown, answer_unknown
+from actors.session import (
+    Call,
+    ClosableInbox,
+    SessionActor,
+    SessionContext,
+    Shutdown,
+    answer_unknown,
+)
 from actors.state import NO_FAILPOINTS, SessionConfig
 from supervisor.faults import FaultPlan
 from supervisor.policy import RestartPolicy
@@ -121,44 +127,6 @@ class _Stop:
 _MESSAGES = (_Create, _Close, _Gone, _Sweep, _Stop)
 
 
-class _SupervisorInbox:
-    """pykka's inbox contract (put/get/empty), closable like a session's.
-
-    A supervisor that gives up closes it: a message of ours sent after that is
-    refused (``ActorDeadError``, so its sender starts the successor) instead of
-    being queued behind the stop, where pykka would drop it unanswered.
-    """
-
-    def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._closed = False
-
-    def put(self, envelope: Any) -> None:
-        with self._lock:
-            if self._closed and isinstance(envelope.message, _MESSAGES):
-                raise pykka.ActorDeadError("this supervisor has handed over")
-            self._queue.put(envelope)
-
-    def get(self) -> Any:
-        return self._queue.get()
-
-    def empty(self) -> bool:
-        return self._queue.empty()
-
-    def close(self) -> list[Any]:
-        """Refuse our messages from now on; take out those queued, in order."""
-        with self._lock:
-            self._closed = True
-            envelopes = []
-            while not self._queue.empty():
-                envelopes.append(self._queue.get_nowait())
-            for envelope in envelopes:  # pykka's own (a stop) stay queued
-                if not isinstance(envelope.message, _MESSAGES):
-                    self._queue.put(envelope)
-        return [e.message for e in envelopes if isinstance(e.message, _MESSAGES)]
-
-
 class SupervisorActor(pykka.ThreadingActor):
     """Owns the routing table of one registry. Dies on a crash; see SessionSystem."""
 
@@ -168,7 +136,8 @@ class SupervisorActor(pykka.ThreadingActor):
 
     @staticmethod
     def _create_actor_inbox() -> Any:
-        return _SupervisorInbox()
+        # A supervisor that gives up closes it and hands what it held over.
+        return ClosableInbox(_MESSAGES, "this supervisor has handed over")
 
     def on_start(self) -> None:
         threading.current_thread().name = f"duplex-supervisor:{self._system.registry_id}"
@@ -186,7 +155,7 @@ class SupervisorActor(pykka.ThreadingActor):
                 error.__cause__ = exc
                 reply.fail(error)
             inbox = self.actor_inbox
-            assert isinstance(inbox, _SupervisorInbox)  # noqa: S101
+            assert isinstance(inbox, ClosableInbox)  # noqa: S101
             self._system.hand_over(self.actor_ref, inbox.close())
             self.stop()
         return None

@@ -179,6 +179,8 @@ class AsyncSessionRegistry:
         # any other call to that session, so per-session order holds.
         self._bursts: dict[str, tuple[bool, list[Mapping[str, object]]]] = {}
         self._flush_scheduled = False
+        # Per session, an event set when one of its calls settles.
+        self._room: dict[str, Any] = {}
         self._closed = False
 
     def __repr__(self) -> str:
@@ -197,12 +199,21 @@ class AsyncSessionRegistry:
     def _would_block(self, session_id: str) -> BaseException:
         raise NotImplementedError
 
-    async def _wait_for_room(self, session_id: str) -> None:
-        """Return once the session has room (the loop's own wait primitive)."""
+    def _new_event(self) -> Any:
+        """The loop's one-shot event (``set()``, ``await wait()``)."""
         raise NotImplementedError
 
+    async def _wait_for_room(self, session_id: str) -> None:
+        """Return once a call of the session settled (it may have room then)."""
+        event = self._room.get(session_id)
+        if event is None:
+            event = self._room[session_id] = self._new_event()
+        await event.wait()
+
     def _room_freed(self, session_id: str) -> None:
-        raise NotImplementedError
+        event = self._room.pop(session_id, None)
+        if event is not None:
+            event.set()
 
     def _is_cancellation(self, exc: BaseException) -> bool:
         raise NotImplementedError

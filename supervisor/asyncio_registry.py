@@ -107,7 +107,6 @@ class AsyncioSessionRegistry(AsyncSessionRegistry):
             max_pending_per_session=max_pending_per_session,
         )
         self._tasks: set[asyncio.Task[None]] = set()
-        self._room: dict[str, asyncio.Event] = {}
         if sweep_interval_s is not None:
             self._spawn(self._ticker(sweep_interval_s))
 
@@ -142,16 +141,8 @@ class AsyncioSessionRegistry(AsyncSessionRegistry):
     def _would_block(self, session_id: str) -> BaseException:
         return asyncio.QueueFull(f"session {session_id} has too many calls in flight")
 
-    async def _wait_for_room(self, session_id: str) -> None:
-        event = self._room.get(session_id)
-        if event is None:
-            event = self._room[session_id] = asyncio.Event()
-        await event.wait()
-
-    def _room_freed(self, session_id: str) -> None:
-        event = self._room.pop(session_id, None)
-        if event is not None:
-            event.set()
+    def _new_event(self) -> asyncio.Event:
+        return asyncio.Event()
 
     def _is_cancellation(self, exc: BaseException) -> bool:
         return isinstance(exc, asyncio.CancelledError)

@@ -86,7 +86,6 @@ class TrioSessionRegistry(AsyncSessionRegistry):
             max_pending_per_session=max_pending_per_session,
         )
         self._nursery = nursery
-        self._room: dict[str, trio.Event] = {}
 
     def _new_reply(self, on_settled: Callable[[], None] | None = None) -> LoopReply:
         return TrioReply(self._port, on_settled)
@@ -110,16 +109,8 @@ class TrioSessionRegistry(AsyncSessionRegistry):
     def _would_block(self, session_id: str) -> BaseException:
         return trio.WouldBlock(f"session {session_id} has too many calls in flight")
 
-    async def _wait_for_room(self, session_id: str) -> None:
-        event = self._room.get(session_id)
-        if event is None:
-            event = self._room[session_id] = trio.Event()
-        await event.wait()
-
-    def _room_freed(self, session_id: str) -> None:
-        event = self._room.pop(session_id, None)
-        if event is not None:
-            event.set()
+    def _new_event(self) -> trio.Event:
+        return trio.Event()
 
     def _is_cancellation(self, exc: BaseException) -> bool:
         return isinstance(exc, trio.Cancelled)
