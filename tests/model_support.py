@@ -212,15 +212,15 @@ def event_payload(
     model: RegistryModel, sid: str, n: int, *, kind: str, text: str, size: str
 ) -> dict[str, object]:
     """Event ``n``: text, or audio bytes (not JSON: a journal refuses it). ``size`` other
-    than ``as_drawn`` pads the text with ASCII so the event costs exactly the journal's
-    free bytes (``exact_fit``) or one more (``one_byte_over``)."""
+    than ``as_drawn`` pads the drawn text with ASCII so the event costs exactly the
+    journal's free bytes (``exact_fit``) or one more (``one_byte_over``), if it can."""
     payload: dict[str, object] = {"n": n, "kind": kind}
     payload["text" if kind == "text" else "pcm"] = text if kind == "text" else text.encode()
     s = model.sessions.get(sid)
     if s is not None and kind == "text" and size != "as_drawn":
-        empty = cost_of({**payload, "text": "", "server_event_seq": s.next_seq})
-        pad = model.free_bytes(sid) - empty + (size == "one_byte_over")
-        payload["text"] = "x" * max(pad, 0)
+        drawn = cost_of({**payload, "server_event_seq": s.next_seq})
+        pad = model.free_bytes(sid) - drawn + (size == "one_byte_over")
+        payload["text"] = text + "x" * max(pad, 0)
     return payload
 
 
