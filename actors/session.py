@@ -319,8 +319,13 @@ class SessionActor(pykka.ThreadingActor):
         try:
             transition = state.handle(call.command)
         except BaseException as exc:  # noqa: BLE001 - a crash, never the actor's end
-            if self._restart_after_crash(call, exc) and call.internal and retry:
+            # A command retried after this crash answers its waiter with the
+            # retry's outcome, not with this crash.
+            retried = call.internal and retry
+            if self._restart_after_crash(call, exc, answer=not retried) and retried:
                 self._run(call, retry=False)
+            elif retried:
+                call.reply.fail(self._crash_error(call, exc))
             elif call.internal and not self._gone and not retry:
                 self._fail("session_failed")
             return
@@ -408,11 +413,16 @@ class SessionActor(pykka.ThreadingActor):
 
     # -- crashes and endings ------------------------------------------------------
 
-    def _restart_after_crash(self, call: Call, exc: BaseException) -> bool:
-        """Answer the crashed caller; restart in place. ``False``: the session failed."""
+    def _crash_error(self, call: Call, exc: BaseException) -> SessionCrashedError:
         name = type(call.command).__name__
         error = SessionCrashedError(f"session {self.session_id} crashed handling {name}")
         error.__cause__ = exc
+        return error
+
+    def _restart_after_crash(self, call: Call, exc: BaseException, *, answer: bool) -> bool:
+        """Restart in place (answering the caller if ``answer``). ``False``: it failed."""
+        name = type(call.command).__name__
+        error = self._crash_error(call, exc)
         # Counted before the caller hears of it, so its next stats() shows it.
         self.counters.crashes += 1
         logger.warning(
@@ -420,7 +430,8 @@ class SessionActor(pykka.ThreadingActor):
         )
         now = self._context.clock()
         self._crash_times.append(now)
-        call.reply.fail(error)
+        if answer:
+            call.reply.fail(error)
         state = self._state
         assert state is not None  # noqa: S101
         try:

@@ -91,6 +91,9 @@ class Background:
         finally:
             self._done.set()
 
+    def finished_within(self, seconds: float) -> bool:
+        return self._done.wait(seconds)
+
     def result(self, timeout: float = WAIT) -> Any:
         assert self._done.wait(timeout), "background call did not finish"
         if self._error is not None:

@@ -103,3 +103,22 @@ def test_calls_queued_behind_an_expiry_get_the_seeds_unknown_answers() -> None:
         assert replies["current"].wait(WAIT) is False
         with pytest.raises(KeyError):
             replies["ack"].wait(WAIT)
+
+
+def test_sweep_waits_for_a_tick_retried_after_a_crash() -> None:
+    clock = FakeClock()
+    plan = GatedPlan()
+    with registry(clock=clock, faults=plan, replay_ttl_s=30) as reg:
+        reg.create("s", send=Wire().send, close=lambda r: None)
+        reg.send_events("s", [{"n": 1}, {"n": 2}])
+        clock.now += 31
+        plan.crash("tick.enter", session_id="s")  # the first tick crashes...
+        plan.gate("tick.pruned", "s")  # ...and its retry is held here
+        sweep = Background(reg.sweep)
+        assert plan.reached.wait(WAIT)
+        # The retry has not finished: the sweep must not answer meanwhile
+        # (a bounded wait: with the bug, the crash's answer ended it at once).
+        assert not sweep.finished_within(0.3)
+        plan.release.set()
+        sweep.result()
+        assert reg.stats().bytes_retained == 0

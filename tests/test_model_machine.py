@@ -8,7 +8,8 @@ answers. After each step: every answer equalled the model's (``SessionCrashedErr
 is "no effect", from the fault armed for that very call); each transport got exactly
 the model's frames (so in journal order, none repeated) and closes; ``on_accepted``
 ran for exactly the accepted events; each accepted journaled event is acknowledged,
-replayable, or reported by a typed gap; dead tokens stay dead.
+replayable, or reported by a typed gap; dead tokens stay dead. After each resume that
+rotated, the observer's ``resumed`` event carries the model's generation and lease.
 """
 
 from __future__ import annotations
