@@ -36,6 +36,7 @@ __all__ = [
     "EventJournal",
     "JournalEntry",
     "JournalSnapshot",
+    "ParkedJournal",
     "check_sequence",
     "encode_event",
     "normalize_payload",
@@ -149,6 +150,34 @@ class JournalSnapshot:
     drop_runs: tuple[tuple[int, GapReason], ...]
     retained_bytes: int
     overflowed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ParkedJournal:
+    """A journal as plain data, for a parked session: no clock, no callables.
+
+    :meth:`EventJournal.park` makes one and :meth:`EventJournal.unpark` brings
+    it back whole; :meth:`pruned` applies the TTL without a live journal.
+    """
+
+    entries: tuple[JournalEntry, ...]
+    next_sequence: int
+    dropped_through: int
+    drop_runs: tuple[tuple[int, GapReason], ...]
+    retained_bytes: int
+    overflowed: bool
+
+    def pruned(self, now: float, ttl_s: float) -> ParkedJournal:
+        """This journal with the events older than ``ttl_s`` at ``now`` dropped."""
+        entries = self.entries
+        if not entries or entries[0].created_monotonic > now - ttl_s:
+            return self  # the common case costs no copy
+        journal = EventJournal.unpark(self, max_bytes=max(1, self.retained_bytes), ttl_s=ttl_s)
+        journal.prune(now)
+        return journal.park()
+
+
+_EMPTY_ENTRIES: tuple[JournalEntry, ...] = ()
 
 
 class EventJournal:
@@ -345,6 +374,42 @@ class EventJournal:
         # Sequences are dense, so the first wanted entry's index is arithmetic.
         skip = max(0, int(sequence) + 1 - self.first_retained_sequence)
         return tuple(itertools.islice(self._entries, skip, None))
+
+    # -- parking -------------------------------------------------------------
+
+    def park(self) -> ParkedJournal:
+        """Everything this journal holds, as plain data (see :class:`ParkedJournal`)."""
+        return ParkedJournal(
+            entries=tuple(self._entries) if self._entries else _EMPTY_ENTRIES,
+            next_sequence=self._next_sequence,
+            dropped_through=self._dropped_through,
+            drop_runs=tuple(self._drop_runs),
+            retained_bytes=self._retained_bytes,
+            overflowed=self._overflowed,
+        )
+
+    @classmethod
+    def unpark(
+        cls,
+        parked: ParkedJournal,
+        *,
+        max_bytes: int,
+        ttl_s: float,
+        clock: Callable[[], float] | None = None,
+        max_events: int | None = None,
+        strict: bool = False,
+    ) -> EventJournal:
+        """The journal ``parked`` was taken from, with these limits and clock."""
+        journal = cls(
+            max_bytes=max_bytes, ttl_s=ttl_s, clock=clock, max_events=max_events, strict=strict
+        )
+        journal._entries.extend(parked.entries)
+        journal._next_sequence = parked.next_sequence
+        journal._dropped_through = parked.dropped_through
+        journal._drop_runs = list(parked.drop_runs)
+        journal._retained_bytes = parked.retained_bytes
+        journal._overflowed = parked.overflowed
+        return journal
 
     # -- transactions --------------------------------------------------------
 

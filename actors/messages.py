@@ -270,6 +270,10 @@ LifecycleKind = Literal[
     "send_failed",
     "send_timeout",
     "invalid_token",
+    "passivated",
+    "reactivated",
+    "registry_unhealthy",
+    "registry_healthy",
 ]
 
 

@@ -31,7 +31,6 @@ __all__ = [
     "NoWaiter",
     "Outbox",
     "Reply",
-    "RestartBudget",
     "delivery_frames",
     "settle_delivered",
     "settle_dropped",
@@ -81,15 +80,6 @@ class Outbox(Protocol):
 
     def close_transport(self, reason: str) -> None:
         """Retire, then call the transport's ``close(reason)`` on its loop."""
-
-
-class RestartBudget(Protocol):
-    """Decides whether a session that crashed may go on (OTP's intensity)."""
-
-    def allows_restart(self, crash_times: list[float], now: float) -> bool:
-        """``crash_times`` includes the crash at ``now``; drop stale ones in place."""
-
-    def backoff_s_for(self, restarts: int) -> float: ...
 
 
 class NoWaiter:

@@ -1,72 +1,75 @@
-"""SessionActor: one pykka thread per session, running its SessionState serially.
+"""SessionActor: the pykka shell that runs one SessionState serially.
 
 The actor is the imperative shell around :class:`~actors.state.SessionState`:
-it takes one message at a time from its inbox, asks the state for a
-transition, and only then releases the transition's effects (frames to the
-attachment's outbox, callbacks to the caller's loop, the reply). A crash in a
-handler never stops the pykka actor: it is caught here, the state is already
-back at its snapshot, the caller gets :class:`SessionCrashedError`, and the
-same thread goes on with the next message as a new incarnation, unless the
-restart budget is spent, in which case the session fails and closes.
+it takes one message at a time from the session's mailbox, asks the state for
+a transition, and only then releases the transition's effects (frames to the
+attachment's outbox, callbacks to the caller's loop, the reply).
 
-Messages queued for a session that has closed are answered, never dropped:
-the inbox is closed under a lock, so a sender either gets its message in
-before the final drain or learns at ``put`` time (``InboxClosedError``).
+It carries out; its supervisor decides. A handler that crashes leaves the
+state at its snapshot (the machine restores it), the caller gets
+:class:`SessionCrashedError`, and the actor *suspends*: it holds every later
+message, in arrival order, and reports the crash to its owner. The owner
+answers with :class:`Restart` (run the held messages as a new incarnation)
+or :class:`FailSession` (close the transport, answer every held message
+:class:`SessionFailedError`, leave). The thread never sleeps: a backoff is
+the supervisor's timer, not a wait here.
+
+Passivation is the same split: the supervisor proposes :class:`Passivate`;
+the actor re-checks idleness when its turn comes, and parks (state as plain
+data in the mailbox, actor stopped, thread freed) only if nothing arrived.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import queue
 import threading
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import pykka
 
+from actors.counters import SessionCounters
 from actors.errors import (
     InvalidResumeTokenError,
-    JournalGapError,
-    JournalOverflowError,
     RegistryClosedError,
     SessionCrashedError,
     SessionFailedError,
-    UnknownSessionError,
 )
-from actors.journal import JournalEntry
+from actors.lifecycle import ParkedSession, ResumeStash, unknown_session_answer
+from actors.mailbox import ClosableInbox, InboxClosedError, SessionMailbox
 from actors.messages import (
     Activate,
     ActivationOutcome,
-    AuthenticateResume,
     Close,
     CloseCallable,
     Command,
     Deliver,
-    EndResume,
     EventAccepted,
-    HasAttachment,
-    IsCurrentAttachment,
     LifecycleEvent,
     LifecycleKind,
     Notify,
-    ReleaseAttachment,
-    Resume,
     ResumeResult,
     RetireAttachment,
     SendCallable,
-    SettleLeaseGeneration,
+    Tick,
     TickResult,
 )
-from actors.ports import Delivery, LoopPort, Outbox, Reply, RestartBudget
+from actors.ports import Delivery, LoopPort, Outbox, Reply
 from actors.state import Failpoints, SessionConfig, SessionState, Transition
 
 __all__ = [
     "THREAD_NAME_PREFIX",
     "Call",
     "ClosableInbox",
+    "CrashReport",
+    "FailSession",
     "InboxClosedError",
+    "Opening",
+    "Passivate",
+    "Restart",
     "SessionActor",
     "SessionContext",
     "SessionCounters",
@@ -81,36 +84,39 @@ logger = logging.getLogger("duplex_supervisor.actors")
 THREAD_NAME_PREFIX = "duplex-session:"
 
 
-#: The seed answered these commands for an unknown session with a plain value;
-#: every other command raised ``KeyError``.
-_UNKNOWN_ANSWERS: dict[type[Any], object] = {
-    ReleaseAttachment: None,
-    EndResume: None,
-    SettleLeaseGeneration: None,
-    HasAttachment: False,
-    IsCurrentAttachment: False,
-    Close: None,
-}
-
-
 def answer_unknown(reply: Reply, command: Command, session_id: str) -> None:
     """Answer ``command`` as the seed answered it for a session it did not know."""
-    if type(command) in _UNKNOWN_ANSWERS:
-        reply.resolve(_UNKNOWN_ANSWERS[type(command)])
+    transition = unknown_session_answer(command, session_id)
+    if transition.error is not None:
+        reply.fail(transition.error)
     else:
-        reply.fail(UnknownSessionError(session_id))
+        reply.resolve(transition.reply)
 
 
-class InboxClosedError(pykka.ActorDeadError):
-    """The session is gone; its inbox takes no more calls."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CrashReport:
+    """A session's crash, for its supervisor to decide on."""
+
+    session_id: str
+    mailbox: SessionMailbox = field(repr=False)
+    #: ``handle``: a command's handler; ``reactivate``: bringing a parked session back.
+    during: Literal["handle", "reactivate"]
+    #: The restored state passed its invariant check (always True for ``reactivate``).
+    state_sound: bool = True
+    #: A retried internal command crashed again: restarting would loop.
+    retry_crashed: bool = False
 
 
 class SessionOwner(Protocol):
-    """Who is told when a session starts and leaves (the supervisor's side)."""
+    """The supervisor's side, as a session actor sees it."""
 
-    def session_started(self, actor: SessionActor) -> None: ...
+    def actor_started(self, actor: SessionActor) -> None: ...
 
-    def session_gone(self, session_id: str, actor_urn: str, reason: str) -> None: ...
+    def actor_parked(self, actor: SessionActor, parked: ParkedSession) -> None: ...
+
+    def session_crashed(self, report: CrashReport) -> None: ...
+
+    def session_gone(self, mailbox: SessionMailbox, actor_urn: str, reason: str) -> None: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -121,7 +127,6 @@ class SessionContext:
     config: SessionConfig
     clock: Callable[[], float]
     failpoints: Failpoints
-    restart_budget: RestartBudget
     port: LoopPort
     notify: Callable[[LifecycleEvent], None]
     owner: SessionOwner
@@ -129,35 +134,15 @@ class SessionContext:
     daemon_threads: bool = False
 
 
-class SessionCounters:
-    """Written only by the session's own thread; read by anyone for stats."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Opening:
+    """What a new session is opened with (its create call)."""
 
-    __slots__ = (
-        "attached",
-        "bytes_retained",
-        "crashes",
-        "events_journaled",
-        "gap_errors",
-        "invalid_tokens",
-        "overflow_errors",
-        "restarts",
-        "resumes",
-        "resumes_with_replay",
-        "rollbacks",
-    )
-
-    def __init__(self) -> None:
-        self.attached = True
-        self.bytes_retained = 0
-        self.crashes = 0
-        self.events_journaled = 0
-        self.gap_errors = 0
-        self.invalid_tokens = 0
-        self.overflow_errors = 0
-        self.restarts = 0
-        self.resumes = 0
-        self.resumes_with_replay = 0
-        self.rollbacks = 0
+    send: SendCallable = field(repr=False)
+    close: CloseCallable = field(repr=False)
+    lease_generation: int
+    outbox: Outbox = field(repr=False)
+    reply: Reply = field(repr=False)
 
 
 class _Mail:
@@ -182,84 +167,67 @@ class Shutdown(_Mail):
     reply: Reply | None = field(default=None, repr=False)
 
 
-class ClosableInbox:
-    """pykka's inbox contract (put/get/empty) on a SimpleQueue, closable.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Restart(_Mail):
+    """The supervisor's decision after a crash: go on with what was held."""
 
-    Once :meth:`close` ran, a message of one of ``guarded`` types is refused
-    at ``put`` (``refusal`` is raised: an ``ActorDeadError``), so its sender
-    learns at once instead of queueing behind a stop, where pykka would drop
-    it unanswered. pykka's own messages (a stop) are always let through.
-    """
 
-    def __init__(self, guarded: type | tuple[type, ...], refusal: str) -> None:
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._closed = False
-        self._guarded = guarded
-        self._refusal = refusal
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FailSession(_Mail):
+    """The supervisor's decision after a crash: close the session, answer everyone."""
 
-    def put(self, envelope: Any) -> None:
-        with self._lock:
-            if self._closed and isinstance(envelope.message, self._guarded):
-                raise InboxClosedError(self._refusal)
-            self._queue.put(envelope)
+    reason: str = "session_failed"
 
-    def get(self) -> Any:
-        return self._queue.get()
 
-    def empty(self) -> bool:
-        return self._queue.empty()
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Passivate(_Mail):
+    """The supervisor proposes parking; the actor parks only if still idle then."""
 
-    def close(self) -> list[Any]:
-        """Refuse guarded messages from now on; take out those queued, in order."""
-        with self._lock:
-            self._closed = True
-            envelopes = []
-            while not self._queue.empty():
-                envelopes.append(self._queue.get_nowait())
-            for envelope in envelopes:  # pykka's own (a stop) stay queued
-                if not isinstance(envelope.message, self._guarded):
-                    self._queue.put(envelope)
-        return [e.message for e in envelopes if isinstance(e.message, self._guarded)]
+    now: float
+    after_s: float
 
 
 class SessionActor(pykka.ThreadingActor):
-    """One session. Start it with :meth:`start`; talk to it with ``tell(Call(...))``."""
+    """One session incarnation run; its mailbox is the session's, shared by all of them."""
 
     def __init__(
         self,
         *,
-        session_id: str,
+        mailbox: SessionMailbox,
         context: SessionContext,
-        send: SendCallable,
-        close: CloseCallable,
-        lease_generation: int,
-        outbox: Outbox,
-        reply: Reply,
+        opening: Opening | None = None,
+        parked: ParkedSession | None = None,
     ) -> None:
+        self._mailbox = mailbox
         super().__init__()
-        self.session_id = session_id
+        self.session_id = mailbox.session_id
+        self.mailbox = mailbox
         self.registry_id = context.registry_id
-        self.counters = SessionCounters()
+        self.counters = SessionCounters(attached=opening is not None)
         self._context = context
-        self._open_args = (send, close, lease_generation)
-        self._reply_created = reply
+        self._opening = opening
+        self._parked = parked
         self._state: SessionState | None = None
         # Invariant: keys are attachment generations the state may still
         # deliver to; the current attachment's outbox is always here.
-        self._outboxes: dict[int, Outbox] = {1: outbox}
-        # Resumes held back while an activation is on the wire, in arrival order.
-        self._stash: list[Call] = []
-        self._crash_times: list[float] = []
+        self._outboxes: dict[int, Outbox] = {1: opening.outbox} if opening else {}
+        self._stash: ResumeStash[Call] = ResumeStash()
+        # Non-empty only while suspended: messages held for the supervisor's decision.
+        self._held: deque[_Mail] = deque()
+        self._suspended = False
+        # An internal command that crashed once: run again first on Restart.
+        self._retry: Call | None = None
+        # When the last command other than a tick was handled (passivation's idleness).
+        self._last_active = context.clock()
         self.incarnation = 0
         #: The actor's own thread (set by ``start`` before any message).
         self.thread = threading.current_thread()
         self._gone = False
         self._closing_reason = "closed"
 
-    @staticmethod
-    def _create_actor_inbox() -> Any:
-        return ClosableInbox(_Mail, "session is gone")
+    def _create_actor_inbox(self) -> Any:  # type: ignore[override]
+        # pykka's __init__ asks for the inbox: it is the session's mailbox.
+        return self._mailbox
 
     def _start_actor_loop(self) -> None:
         # pykka's own, but keeping the thread so shutdown can join it.
@@ -269,36 +237,81 @@ class SessionActor(pykka.ThreadingActor):
         self.thread.daemon = self._context.daemon_threads
         self.thread.start()
 
+    def _actor_loop_teardown(self) -> None:
+        # pykka drains the inbox here; the mailbox outlives this actor (a
+        # parked session's next actor, or _leave's answers, take what is left).
+        return None
+
     # -- life cycle ------------------------------------------------------------
 
     def on_start(self) -> None:
-        self._context.owner.session_started(self)
-        send, close, lease = self._open_args
+        self._context.owner.actor_started(self)
+        if self._parked is not None:
+            self._reactivate(self._parked)
+            return
+        opening = self._opening
+        assert opening is not None  # noqa: S101 - one of the two is always given
         try:
             state, created = SessionState.open(
                 session_id=self.session_id,
                 config=self._context.config,
-                send=send,
-                close=close,
-                lease_generation=lease,
+                send=opening.send,
+                close=opening.close,
+                lease_generation=opening.lease_generation,
                 clock=self._context.clock,
                 failpoints=self._context.failpoints,
             )
         except BaseException as exc:  # noqa: BLE001 - the caller gets it, the actor ends
             failure = exc
-            self._reply_created.fail(failure)
+            opening.reply.fail(failure)
             self._leave("create_failed", answer=lambda call: call.reply.fail(failure))
             return
         self._state = state
-        self._release(created, self._reply_created)
+        self._opening = None
+        self._release(created, opening.reply)
+
+    def _reactivate(self, parked: ParkedSession) -> None:
+        context = self._context
+        self._parked = None
+        try:
+            state = SessionState.unpark(
+                parked, config=context.config, clock=context.clock, failpoints=context.failpoints
+            )
+        except BaseException as exc:  # noqa: BLE001 - still parked; the supervisor decides
+            logger.warning(
+                "session %s crashed reactivating (%s)", self.session_id, type(exc).__name__
+            )
+            self.counters.crashes += 1
+            self._mailbox.give_back(parked)
+            self._gone = True
+            self._stop_quietly()
+            context.owner.session_crashed(
+                CrashReport(
+                    session_id=self.session_id,
+                    mailbox=self._mailbox,
+                    during="reactivate",
+                )
+            )
+            return
+        self._state = state
+        self.counters.bytes_retained = state.journal.retained_bytes
+        self._announce(state, "reactivated", "message")
 
     def on_receive(self, message: Any) -> Any:
         if self._gone:
             return None
-        if isinstance(message, Call):
-            self._on_call(message)
-        elif isinstance(message, Shutdown):
+        if isinstance(message, Shutdown):
             self._on_shutdown(message)
+        elif isinstance(message, Restart):
+            self._on_restart()
+        elif isinstance(message, FailSession):
+            self._fail(message.reason)
+        elif self._suspended:
+            self._held.append(message)
+        elif isinstance(message, Call):
+            self._on_call(message)
+        elif isinstance(message, Passivate):
+            self._on_passivate(message)
         return None
 
     # -- calls -----------------------------------------------------------------
@@ -306,32 +319,33 @@ class SessionActor(pykka.ThreadingActor):
     def _on_call(self, call: Call) -> None:
         state = self._state
         assert state is not None  # noqa: S101 - on_start sets it before any message
-        if isinstance(call.command, Resume | AuthenticateResume) and state.activation_in_flight:
-            self._stash.append(call)
+        if not self._stash.admit(state.phase, call.command, call):
             return
         self._run(call)
-        while self._stash and not self._gone and not state.activation_in_flight:
-            self._run(self._stash.pop(0))
+        while not self._gone and not self._suspended:
+            held = self._stash.next_ready(state.phase)
+            if held is None:
+                break
+            self._run(held)
 
     def _run(self, call: Call, *, retry: bool = True) -> None:
         state = self._state
         assert state is not None  # noqa: S101
+        command = call.command
         try:
-            transition = state.handle(call.command)
+            transition = state.handle(command)
         except BaseException as exc:  # noqa: BLE001 - a crash, never the actor's end
-            # A command retried after this crash answers its waiter with the
-            # retry's outcome, not with this crash.
-            retried = call.internal and retry
-            if self._restart_after_crash(call, exc, answer=not retried) and retried:
-                self._run(call, retry=False)
-            elif retried:
-                call.reply.fail(self._crash_error(call, exc))
-            elif call.internal and not self._gone and not retry:
-                self._fail("session_failed")
+            self._crashed(call, exc, retry=retry)
             return
-        self._count(call.command, transition)
+        if not isinstance(command, Tick | ActivationOutcome):
+            self._last_active = self._context.clock()
+        self.counters.count(command, transition)
+        if isinstance(transition.error, InvalidResumeTokenError):
+            self._context.notify(LifecycleEvent(kind="invalid_token", session_id=self.session_id))
+        self.counters.attached = state.attachment is not None
+        self.counters.bytes_retained = state.journal.retained_bytes
         self._release(transition, call.reply, call.outbox)
-        if isinstance(call.command, Close):
+        if isinstance(command, Close):
             self._leave(self._closing_reason)
         elif isinstance(transition.reply, TickResult) and transition.reply.expired:
             self._expire()
@@ -376,42 +390,10 @@ class SessionActor(pykka.ThreadingActor):
     def _report(self, outcome: ActivationOutcome) -> None:
         """Called on the outbox's loop: hand the outcome back as a message."""
         # A session already gone has nothing left to roll back.
-        with contextlib.suppress(pykka.ActorDeadError):
-            self.actor_ref.tell(Call(command=outcome, reply=_NO_REPLY, internal=True))
+        with contextlib.suppress(InboxClosedError):
+            self._mailbox.tell(Call(command=outcome, reply=_NO_REPLY, internal=True))
 
-    def _count(self, command: Command, transition: Transition) -> None:
-        counters = self.counters
-        error = transition.error
-        if error is not None:
-            if isinstance(error, InvalidResumeTokenError):
-                counters.invalid_tokens += 1
-                self._context.notify(
-                    LifecycleEvent(kind="invalid_token", session_id=self.session_id)
-                )
-            elif isinstance(error, JournalGapError):
-                counters.gap_errors += 1
-            elif isinstance(error, JournalOverflowError):
-                counters.overflow_errors += 1
-        else:
-            reply = transition.reply
-            if isinstance(reply, ResumeResult):
-                counters.resumes += 1
-                counters.resumes_with_replay += bool(reply.replay_entries)
-            elif isinstance(command, ActivationOutcome):
-                counters.rollbacks += reply is True
-            elif isinstance(reply, tuple):
-                # A batch; a coalesced one may hold the errors refusing some.
-                for item in reply:
-                    counters.events_journaled += isinstance(item, JournalEntry)
-                    counters.overflow_errors += isinstance(item, JournalOverflowError)
-            elif isinstance(reply, JournalEntry):
-                counters.events_journaled += 1
-        state = self._state
-        assert state is not None  # noqa: S101
-        counters.attached = state.attachment is not None
-        counters.bytes_retained = state.journal.retained_bytes
-
-    # -- crashes and endings ------------------------------------------------------
+    # -- crashes -------------------------------------------------------------------
 
     def _crash_error(self, call: Call, exc: BaseException) -> SessionCrashedError:
         name = type(call.command).__name__
@@ -419,37 +401,94 @@ class SessionActor(pykka.ThreadingActor):
         error.__cause__ = exc
         return error
 
-    def _restart_after_crash(self, call: Call, exc: BaseException, *, answer: bool) -> bool:
-        """Restart in place (answering the caller if ``answer``). ``False``: it failed."""
-        name = type(call.command).__name__
-        error = self._crash_error(call, exc)
+    def _crashed(self, call: Call, exc: BaseException, *, retry: bool) -> None:
+        """Answer the caller, suspend, and let the supervisor decide."""
         # Counted before the caller hears of it, so its next stats() shows it.
         self.counters.crashes += 1
         logger.warning(
-            "session %s crashed handling %s (%s)", self.session_id, name, type(exc).__name__
+            "session %s crashed handling %s (%s)",
+            self.session_id,
+            type(call.command).__name__,
+            type(exc).__name__,
         )
-        now = self._context.clock()
-        self._crash_times.append(now)
-        if answer:
-            call.reply.fail(error)
+        # A command retried after this crash answers its waiter with the
+        # retry's outcome, not with this crash.
+        if call.internal and retry:
+            self._retry = call
+        else:
+            call.reply.fail(self._crash_error(call, exc))
         state = self._state
         assert state is not None  # noqa: S101
         try:
             state.check_invariants()
         except AssertionError:
             logger.error("session %s: restored state failed its invariants", self.session_id)
-            self._fail("session_failed")
-            return False
-        if not self._context.restart_budget.allows_restart(self._crash_times, now):
-            self._fail("session_failed")
-            return False
+            sound = False
+        else:
+            sound = True
+        self._suspended = True
+        self._context.owner.session_crashed(
+            CrashReport(
+                session_id=self.session_id,
+                mailbox=self._mailbox,
+                during="handle",
+                state_sound=sound,
+                retry_crashed=call.internal and not retry,
+            )
+        )
+
+    def _on_restart(self) -> None:
+        if not self._suspended:
+            return
+        state = self._state
+        assert state is not None  # noqa: S101
+        self._suspended = False
         self.incarnation += 1
         self.counters.restarts += 1
-        self._announce(state, "restarted", name)
-        delay = self._context.restart_budget.backoff_s_for(len(self._crash_times))
-        if delay > 0:
-            self.actor_stopped.wait(delay)
-        return True
+        self._announce(state, "restarted", "crash")
+        retry, self._retry = self._retry, None
+        if retry is not None:
+            self._run(retry, retry=False)
+        while self._held and not self._suspended and not self._gone:
+            self.on_receive(self._held.popleft())
+
+    # -- passivation -----------------------------------------------------------------
+
+    def _on_passivate(self, message: Passivate) -> None:
+        state = self._state
+        assert state is not None  # noqa: S101
+        idle_since = state.idle_since(self._last_active)
+        if idle_since is None or message.now - idle_since < message.after_s or len(self._stash):
+            return
+        if not self._mailbox.empty():
+            return  # something arrived: stay live
+        try:
+            parked = state.park()
+        except BaseException as exc:  # noqa: BLE001 - parking changed nothing: stay live
+            self.counters.crashes += 1
+            logger.warning(
+                "session %s crashed passivating (%s); it stays live",
+                self.session_id,
+                type(exc).__name__,
+            )
+            return
+        owner = self._context.owner
+
+        def commit() -> None:
+            # Inside the mailbox's lock: from here this actor never reads it again.
+            self.actor_stopped.set()
+            owner.actor_parked(self, parked)
+
+        if not self._mailbox.park(parked, commit):
+            return
+        self._gone = True
+        pykka.ActorRegistry.unregister(self.actor_ref)
+        for outbox in self._outboxes.values():
+            outbox.retire("parked")
+        self._outboxes.clear()
+        self._announce(state, "passivated", "idle")
+
+    # -- endings ------------------------------------------------------------------
 
     def _announce(self, state: SessionState, kind: LifecycleKind, reason: str) -> None:
         self._context.notify(
@@ -493,19 +532,30 @@ class SessionActor(pykka.ThreadingActor):
         for outbox in self._outboxes.values():
             outbox.retire(reason)
         self._outboxes.clear()
-        held = list(self._stash)
-        self._stash.clear()
-        inbox = self.actor_inbox
-        assert isinstance(inbox, ClosableInbox)  # noqa: S101
-        held += [message for message in inbox.close() if isinstance(message, Call)]
-        for call in held:
-            if answer is not None:
-                answer(call)
-            else:
-                answer_unknown(call.reply, call.command, self.session_id)
+        held: list[Any] = []
+        if self._retry is not None:
+            held.append(self._retry)
+            self._retry = None
+        held += self._stash.drain()
+        held += self._held
+        self._held.clear()
+        held += self._mailbox.close()
+        for mail in held:
+            if isinstance(mail, Call):
+                if answer is not None:
+                    answer(mail)
+                else:
+                    answer_unknown(mail.reply, mail.command, self.session_id)
+            elif isinstance(mail, Shutdown) and mail.reply is not None:
+                mail.reply.resolve(None)
         self.counters.attached = False
-        self._context.owner.session_gone(self.session_id, self.actor_urn, reason)
-        self.stop()
+        self._context.owner.session_gone(self._mailbox, self.actor_urn, reason)
+        self._stop_quietly()
+
+    def _stop_quietly(self) -> None:
+        """Stop this actor now, without touching the mailbox (pykka's stop would queue)."""
+        self.actor_stopped.set()
+        pykka.ActorRegistry.unregister(self.actor_ref)
 
 
 class _NoReply:

@@ -47,6 +47,7 @@ from actors.errors import (
     UnknownSessionError,
 )
 from actors.journal import EventJournal, normalize_payload
+from actors.lifecycle import ParkedSession, SessionPhase
 from actors.messages import (
     AbortResume,
     Acknowledge,
@@ -82,6 +83,7 @@ from actors.messages import (
 )
 from actors.transition import (
     FAILPOINTS,
+    LIFECYCLE_FAILPOINTS,
     NO_FAILPOINTS,
     Failpoints,
     SessionConfig,
@@ -95,6 +97,7 @@ from actors.transition import (
 # callers of the machine look for it.
 __all__ = [
     "FAILPOINTS",
+    "LIFECYCLE_FAILPOINTS",
     "NO_FAILPOINTS",
     "Failpoints",
     "SessionConfig",
@@ -237,6 +240,93 @@ class SessionState:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def phase(self) -> SessionPhase:
+        """The named phase (see :mod:`actors.lifecycle` for what each accepts)."""
+        if self._closed:
+            return SessionPhase.CLOSED
+        if self._activations:
+            return SessionPhase.ACTIVATING
+        if self._attachment is not None:
+            return SessionPhase.ATTACHED
+        if self._recovery_token_digest is not None:
+            return SessionPhase.RECOVERING
+        return SessionPhase.DETACHED
+
+    # -- passivation -------------------------------------------------------------
+
+    def idle_since(self, last_active: float) -> float | None:
+        """Since when this session could be parked (``None``: it cannot be now).
+
+        Parkable: detached (or recovering), no resume claimed, no activation on
+        the wire. ``last_active`` is when the shell last handled a command
+        other than a tick; idleness counts from the later of the two.
+        """
+        if self.phase not in (SessionPhase.DETACHED, SessionPhase.RECOVERING):
+            return None
+        if self._pending_resumes or self._detached_since is None:
+            return None
+        return max(self._detached_since, last_active)
+
+    def park(self) -> ParkedSession:
+        """This session as plain data. Only for a parkable one (see :meth:`idle_since`)."""
+        self._failpoint("passivate.enter")
+        detached_since = self._detached_since
+        if self.idle_since(0.0) is None or detached_since is None:
+            raise ValueError(f"session {self._session_id} is not parkable in {self.phase}")
+        parked = ParkedSession(
+            session_id=self._session_id,
+            token_digest=self._credential.token_digest,
+            attachment_generation=self._attachment_generation,
+            lease_generation=self._lease_generation,
+            orphaned_lease_generation=self._orphaned_lease_generation,
+            recovery_token_digest=self._recovery_token_digest,
+            last_resume=self._last_resume,
+            detached_since=detached_since,
+            journal=self._journal.park(),
+        )
+        self._failpoint("passivate.parked")
+        return parked
+
+    @classmethod
+    def unpark(
+        cls,
+        parked: ParkedSession,
+        *,
+        config: SessionConfig,
+        clock: Callable[[], float] | None = None,
+        failpoints: Failpoints = NO_FAILPOINTS,
+    ) -> SessionState:
+        """The session ``parked`` was taken from, detached, as it was."""
+        failpoints.hit("reactivate.enter", parked.session_id)
+        state = cls.__new__(cls)
+        state._session_id = parked.session_id
+        state._config = config
+        state._clock = clock or time.monotonic
+        state._failpoints = failpoints
+        state._journal = EventJournal.unpark(
+            parked.journal,
+            max_bytes=config.replay_max_bytes,
+            ttl_s=config.replay_ttl_s,
+            clock=state._clock,
+            max_events=config.replay_max_events,
+            strict=config.strict,
+        )
+        state._credential = ResumeCredential(token_digest=parked.token_digest)
+        state._attachment_generation = parked.attachment_generation
+        state._attachment = None
+        state._lease_generation = parked.lease_generation
+        state._pending_resumes = 0
+        state._orphaned_lease_generation = parked.orphaned_lease_generation
+        state._recovery_token_digest = parked.recovery_token_digest
+        state._activations = {}
+        state._last_resume = parked.last_resume
+        state._detached_since = parked.detached_since
+        state._closed = False
+        state._effects = []
+        failpoints.hit("reactivate.restored", parked.session_id)
+        return state
 
     def __repr__(self) -> str:
         return (

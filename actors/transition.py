@@ -16,6 +16,7 @@ from actors.messages import Effect, TransportAttachment
 
 __all__ = [
     "FAILPOINTS",
+    "LIFECYCLE_FAILPOINTS",
     "NO_FAILPOINTS",
     "Failpoints",
     "SessionConfig",
@@ -56,6 +57,15 @@ FAILPOINTS: tuple[str, ...] = (
     "tick.pruned",
     "close.enter",
     "close.closed",
+)
+
+
+#: Failpoints of passivation and reactivation (beyond any one command).
+LIFECYCLE_FAILPOINTS: tuple[str, ...] = (
+    "passivate.enter",
+    "passivate.parked",
+    "reactivate.enter",
+    "reactivate.restored",
 )
 
 

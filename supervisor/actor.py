@@ -1,12 +1,26 @@
 """The supervisor actor and the loop-neutral system every front door drives.
 
-:class:`SessionSystem` is what a front door owns: it starts the supervisor,
-routes commands straight to session actors through a routing table that only
-the supervisor writes (so the hot path pays no supervisor round trip), and
-answers unknown sessions the way the seed did. Creates and closes go through
-the :class:`SupervisorActor`, which keeps the table, starts session actors,
-collects the counters of sessions that left, and is replaced by a new one
-(taking the routing over from the live session actors) if it dies.
+:class:`SessionSystem` is what a front door owns. Its supervisor actor
+decides; session actors carry out:
+
+* **Routing.** The routing table maps each session id to the session's
+  :class:`~actors.mailbox.SessionMailbox`. Only the supervisor's thread writes
+  it; front doors read it without a round trip and put commands straight into
+  the mailbox, which outlives every actor that runs the session.
+* **Restarts.** A session that crashes answers its caller, holds its messages
+  and reports the crash (:class:`~actors.session.CrashReport`). The supervisor
+  applies :class:`~supervisor.policy.RestartPolicy`: restart now, restart when
+  a backoff timer of its own fires, or close the session; past the
+  registry-wide limit it escalates (the registry is reported unhealthy and
+  crashing sessions are closed).
+* **Passivation.** On each sweep the supervisor proposes parking to detached
+  sessions; a parked session's next message wakes the supervisor, which starts
+  a new actor from the parked data. A sweep prunes and expires parked
+  sessions on their data, without starting them.
+
+A supervisor that crashes is replaced (the routing table, timers and books
+live here, not in the actor), and every message it held is handed to its
+successor: none is dropped, however many supervisors die in a row.
 """
 
 from __future__ import annotations
@@ -16,7 +30,6 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import pykka
@@ -25,18 +38,19 @@ from actors.errors import (
     DuplicateSessionError,
     RegistryClosedError,
     SessionCrashedError,
+    SessionFailedError,
 )
-from actors.messages import (
-    CloseCallable,
-    Command,
-    LifecycleEvent,
-    SendCallable,
-    Tick,
-)
+from actors.lifecycle import ParkedSession
+from actors.mailbox import InboxClosedError, MailboxPhase, SessionMailbox
+from actors.messages import CloseCallable, Command, LifecycleEvent, SendCallable, Tick
 from actors.ports import LoopPort, Outbox, Reply
 from actors.session import (
     Call,
-    ClosableInbox,
+    CrashReport,
+    FailSession,
+    Opening,
+    Passivate,
+    Restart,
     SessionActor,
     SessionContext,
     Shutdown,
@@ -45,133 +59,65 @@ from actors.session import (
 from actors.state import NO_FAILPOINTS, SessionConfig
 from supervisor.faults import FaultPlan
 from supervisor.policy import RestartPolicy
+from supervisor.supervision import (
+    MESSAGES,
+    Books,
+    Closing,
+    Crashed,
+    Create,
+    Gone,
+    Proceed,
+    RegistryStats,
+    Reopen,
+    Stop,
+    SupervisorInbox,
+    Sweep,
+    Timers,
+    Wake,
+)
 
-__all__ = ["RegistryStats", "SessionSystem", "SupervisorActor"]
+__all__ = ["DEFAULT_PASSIVATE_AFTER_S", "RegistryStats", "SessionSystem", "SupervisorActor"]
 
 logger = logging.getLogger("duplex_supervisor.supervisor")
 
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RegistryStats:
-    """A registry's figures, read without an actor round trip."""
-
-    sessions: int = 0
-    attached: int = 0
-    detached: int = 0
-    events_journaled: int = 0
-    bytes_retained: int = 0
-    resumes: int = 0
-    resumes_with_replay: int = 0
-    rollbacks: int = 0
-    crashes: int = 0
-    restarts: int = 0
-    sessions_failed: int = 0
-    sessions_expired: int = 0
-    gap_errors: int = 0
-    overflow_errors: int = 0
-    invalid_tokens: int = 0
-    supervisor_takeovers: int = 0
-
-
-_SUMMED: tuple[str, ...] = (
-    "events_journaled",
-    "resumes",
-    "resumes_with_replay",
-    "rollbacks",
-    "crashes",
-    "restarts",
-    "gap_errors",
-    "overflow_errors",
-    "invalid_tokens",
-)
-
-
-# -- supervisor messages --------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _Create:
-    session_id: str
-    send: SendCallable = field(repr=False)
-    close: CloseCallable = field(repr=False)
-    lease_generation: int
-    outbox: Outbox = field(repr=False)
-    reply: Reply = field(repr=False)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _Close:
-    session_id: str
-    command: Command
-    reply: Reply = field(repr=False)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _Gone:
-    session_id: str
-    actor_urn: str
-    reason: str
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _Sweep:
-    now: float
-    reply: Reply = field(repr=False)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _Stop:
-    reply: Reply = field(repr=False)
-
-
-_MESSAGES = (_Create, _Close, _Gone, _Sweep, _Stop)
+#: A detached, idle session is parked after this long (``None``: never).
+DEFAULT_PASSIVATE_AFTER_S: float | None = 30.0
 
 
 class SupervisorActor(pykka.ThreadingActor):
-    """Owns the routing table of one registry. Dies on a crash; see SessionSystem."""
+    """Runs the supervisor's decisions for one registry; dies on a crash (see module)."""
 
     def __init__(self, system: SessionSystem) -> None:
-        super().__init__()
         self._system = system
+        super().__init__()
 
-    @staticmethod
-    def _create_actor_inbox() -> Any:
+    def _create_actor_inbox(self) -> Any:  # type: ignore[override]
         # A supervisor that gives up closes it and hands what it held over.
-        return ClosableInbox(_MESSAGES, "this supervisor has handed over")
+        return SupervisorInbox(self._system.timers, MESSAGES, "this supervisor has handed over")
 
     def on_start(self) -> None:
         threading.current_thread().name = f"duplex-supervisor:{self._system.registry_id}"
-        self._system.adopt_live_sessions()
 
     def on_receive(self, message: Any) -> Any:
         try:
-            self._system.faults.supervisor_hit(type(message).__name__.strip("_").lower())
-            self._dispatch(message)
-        except BaseException as exc:  # noqa: BLE001 - the supervisor dies; the door takes over
+            self._system.faults.supervisor_hit(type(message).__name__.lower())
+            self._system.dispatch(message)
+        except BaseException as exc:  # noqa: BLE001 - the supervisor dies; a successor takes over
             logger.error("supervisor of registry %s crashed: %r", self._system.registry_id, exc)
             reply = getattr(message, "reply", None)
+            retried: list[Any] = []
             if reply is not None:
                 error = SessionCrashedError("the supervisor crashed handling this call")
                 error.__cause__ = exc
                 reply.fail(error)
+            else:
+                # Nobody waits on it to learn of the crash: the successor handles it.
+                retried.append(message)
             inbox = self.actor_inbox
-            assert isinstance(inbox, ClosableInbox)  # noqa: S101
-            self._system.hand_over(self.actor_ref, inbox.close())
+            assert isinstance(inbox, SupervisorInbox)  # noqa: S101
+            self._system.hand_over(self.actor_ref, retried + inbox.close())
             self.stop()
         return None
-
-    def _dispatch(self, message: Any) -> None:
-        system = self._system
-        if isinstance(message, _Create):
-            system.start_session(message)
-        elif isinstance(message, _Close):
-            system.route_close(message)
-        elif isinstance(message, _Gone):
-            system.forget(message)
-        elif isinstance(message, _Sweep):
-            system.tick_all(message)
-        elif isinstance(message, _Stop):
-            system.stop_sessions(message)
 
 
 class _DaemonSupervisorActor(SupervisorActor):
@@ -202,21 +148,11 @@ class _CountDown:
         self._one()
 
 
-class _CloseReply:
-    """A close's reply: on a crash, put the session back in the table first."""
+class _StopReply:
+    """A stop's reply that sends the stop again if the supervisor crashed on it."""
 
-    __slots__ = ("_ref", "_reply", "_session_id", "_system")
-
-    def __init__(
-        self,
-        system: SessionSystem,
-        session_id: str,
-        ref: pykka.ActorRef[SessionActor],
-        reply: Reply,
-    ) -> None:
+    def __init__(self, system: SessionSystem, reply: Reply) -> None:
         self._system = system
-        self._session_id = session_id
-        self._ref = ref
         self._reply = reply
 
     def resolve(self, value: object) -> None:
@@ -224,25 +160,7 @@ class _CloseReply:
 
     def fail(self, error: BaseException) -> None:
         if isinstance(error, SessionCrashedError):
-            self._system.reopen(self._session_id, self._ref)
-        self._reply.fail(error)
-
-
-class _StopReply:
-    """A stop's reply that sends the stop again if the supervisor crashed on it."""
-
-    def __init__(self, system: SessionSystem, reply: Reply, *, retries: int) -> None:
-        self._system = system
-        self._reply = reply
-        self._retries = retries
-
-    def resolve(self, value: object) -> None:
-        self._reply.resolve(value)
-
-    def fail(self, error: BaseException) -> None:
-        if isinstance(error, SessionCrashedError) and self._retries > 0:
-            again = _StopReply(self._system, self._reply, retries=self._retries - 1)
-            self._system._tell_supervisor(_Stop(reply=again), self._reply)
+            self._system.tell_supervisor(Stop(reply=self), self._reply)
         else:
             self._reply.fail(error)
 
@@ -260,12 +178,18 @@ class SessionSystem:
         faults: FaultPlan | None = None,
         observer: Callable[[LifecycleEvent], None] | None = None,
         daemon_threads: bool = False,
+        passivate_after_s: float | None = DEFAULT_PASSIVATE_AFTER_S,
     ) -> None:
+        if passivate_after_s is not None and not passivate_after_s >= 0:
+            raise ValueError("passivate_after_s must be None or >= 0")
         self.registry_id = uuid.uuid4().hex[:12]
         self.faults = faults or FaultPlan()
         #: The plan the outboxes consult per send; None (no cost) unless given.
         self.transport_faults = faults
         self.clock = self.faults.clock(clock) if faults is not None else clock
+        self.config = config
+        self.policy = restart_policy or RestartPolicy()
+        self.passivate_after_s = passivate_after_s
         self._port = port
         self._observer = observer
         self._context = SessionContext(
@@ -273,30 +197,22 @@ class SessionSystem:
             config=config,
             clock=self.clock,
             failpoints=faults if faults is not None else NO_FAILPOINTS,
-            restart_budget=restart_policy or RestartPolicy(),
             port=port,
             notify=self.notify,
             owner=self,
             daemon_threads=daemon_threads,
         )
-        # Written by the supervisor's thread (and by a session it started, on
-        # its first step); read by anyone without a lock (GIL-atomic).
-        self._table: dict[str, pykka.ActorRef[SessionActor]] = {}
-        # Closed through the supervisor, their counters not yet retired.
-        self._closing: dict[str, pykka.ActorRef[SessionActor]] = {}
-        # Every live session actor of this registry, by actor urn, as each
-        # registered itself on start: what a new supervisor takes over from.
-        self._actors: dict[str, SessionActor] = {}
-        self._stats_lock = threading.Lock()
-        # Every session thread that may still run, for join(); threads that
-        # ended are dropped whenever the list doubles (amortized O(1) a create:
-        # pruning on every create made 10,000 creates take 50 s).
-        self._threads: list[threading.Thread] = []
-        self._prune_threads_at = 64
-        self._retired = dict.fromkeys(_SUMMED, 0)
-        self._failed = 0
-        self._expired = 0
-        self._takeovers = 0
+        # The routing table. Invariant: only the supervisor's thread writes it
+        # (one writer: a successor starts only after its predecessor stopped
+        # writing), one whole key at a time; every other thread only reads it,
+        # with single dict operations (get, in, len, list), each atomic. A
+        # value is the session's mailbox, which stays the same while the
+        # session is live, suspended, parked or woken, so parking and
+        # restarting never write here: only create, close and departure do.
+        self._routes: dict[str, SessionMailbox] = {}
+        #: Supervisor-thread state: crash windows, timers, health; see Books.
+        self.timers = Timers(self.clock)
+        self.books = Books()
         self._closed = False
         self._takeover_lock = threading.Lock()
         self._supervisor: pykka.ActorRef[SupervisorActor] = self._start_supervisor()
@@ -313,15 +229,10 @@ class SessionSystem:
         outbox: Outbox,
         reply: Reply,
     ) -> None:
-        message = _Create(
-            session_id=session_id,
-            send=send,
-            close=close,
-            lease_generation=lease_generation,
-            outbox=outbox,
-            reply=reply,
+        opening = Opening(
+            send=send, close=close, lease_generation=lease_generation, outbox=outbox, reply=reply
         )
-        self._tell_supervisor(message, reply)
+        self.tell_supervisor(Create(session_id=session_id, opening=opening, reply=reply), reply)
 
     def call(
         self,
@@ -337,72 +248,51 @@ class SessionSystem:
         ``internal``: a command of the library's own (an abort after a
         cancelled resume) that a crash retries once instead of dropping.
         """
-        ref = self._table.get(session_id)
-        if ref is not None:
+        mailbox = self._routes.get(session_id)
+        if mailbox is not None:
             try:
-                ref.tell(Call(command=command, reply=reply, outbox=outbox, internal=internal))
-            except pykka.ActorDeadError:
+                mailbox.tell(Call(command=command, reply=reply, outbox=outbox, internal=internal))
+            except InboxClosedError:
                 pass
             else:
                 return
         answer_unknown(reply, command, session_id)
 
     def close(self, session_id: str, command: Command, reply: Reply) -> None:
-        self._tell_supervisor(_Close(session_id=session_id, command=command, reply=reply), reply)
+        self.tell_supervisor(Closing(session_id=session_id, command=command, reply=reply), reply)
 
     def sweep(self, reply: Reply) -> None:
-        self._tell_supervisor(_Sweep(now=self.clock(), reply=reply), reply)
+        self.tell_supervisor(Sweep(now=self.clock(), reply=reply), reply)
 
     def shutdown(self, reply: Reply) -> None:
         """Stop every session; ``reply`` is answered once all have stopped.
 
-        A supervisor that dies on the stop is replaced and told again (twice
-        at most), so a crash there cannot leave sessions running.
+        A supervisor that dies on the stop is replaced and told again, so a
+        crash there cannot leave sessions running.
         """
-        self._tell_supervisor(_Stop(reply=_StopReply(self, reply, retries=2)), reply)
+        self.tell_supervisor(Stop(reply=_StopReply(self, reply)), reply)
 
     def join(self, timeout: float | None = None) -> None:
         """After :meth:`shutdown` answered: stop the supervisor, join every thread of ours."""
         self._closed = True
         with contextlib.suppress(pykka.ActorDeadError):
             self._supervisor.stop(block=True, timeout=timeout)
-        for thread in list(self._threads):
+        for thread in self.books.threads():
             thread.join(timeout)
 
     def knows(self, session_id: str) -> bool:
-        return session_id in self._table
+        return session_id in self._routes
 
     def session_ids(self) -> list[str]:
-        return list(self._table)
+        """Every registered session: live, suspended and parked alike."""
+        return list(self._routes)
 
     def session_actors(self) -> list[pykka.ActorRef[SessionActor]]:
-        return list(self._table.values())
+        """The live session actors (parked sessions have none)."""
+        return [actor.actor_ref for actor in self.books.live_actors()]
 
     def stats(self) -> RegistryStats:
-        attached = 0
-        bytes_retained = 0
-        sessions = len(self._table)
-        # Counters move from a live actor to the retired totals under this
-        # lock, so a read never misses or double counts a session that left.
-        with self._stats_lock:
-            totals = dict(self._retired)
-            actors = list(self._actors.values())
-        for actor in actors:
-            counters = actor.counters
-            attached += counters.attached
-            bytes_retained += counters.bytes_retained
-            for name in _SUMMED:
-                totals[name] += getattr(counters, name)
-        return RegistryStats(
-            sessions=sessions,
-            attached=attached,
-            detached=max(0, sessions - attached),
-            bytes_retained=bytes_retained,
-            sessions_failed=self._failed,
-            sessions_expired=self._expired,
-            supervisor_takeovers=self._takeovers,
-            **totals,
-        )
+        return self.books.stats(len(self._routes))
 
     def notify(self, event: LifecycleEvent) -> None:
         """Hand ``event`` to the observer on the registry's loop; never raises."""
@@ -418,139 +308,258 @@ class SessionSystem:
 
         self._port.submit(deliver)
 
-    # -- the session actors' side (SessionOwner) ------------------------------------
+    # -- the session actors' side (SessionOwner, SessionMailboxOwner) ----------------
 
-    def session_started(self, actor: SessionActor) -> None:
-        # Runs on the new session's thread before it answers its creator, so the
-        # creator can route to it at once. start_session writes the same entry
-        # on the supervisor's thread before its next message, so a second create
-        # of this id is refused even if this has not run yet.
-        with self._stats_lock:
-            self._actors[actor.actor_urn] = actor
-        self._table[actor.session_id] = actor.actor_ref
-        self._threads.append(actor.thread)
-        if len(self._threads) >= self._prune_threads_at:
-            self._threads = [t for t in self._threads if t.is_alive()]
-            self._prune_threads_at = 2 * len(self._threads) + 64
+    def actor_started(self, actor: SessionActor) -> None:
+        self.books.actor_started(actor)
 
-    def session_gone(self, session_id: str, actor_urn: str, reason: str) -> None:
-        with contextlib.suppress(RegistryClosedError):
-            self._tell_supervisor(_Gone(session_id=session_id, actor_urn=actor_urn, reason=reason))
+    def actor_parked(self, actor: SessionActor, parked: ParkedSession) -> None:
+        self.books.actor_parked(actor, parked)
 
-    # -- the supervisor's side (called on its thread only) ------------------------
+    def session_crashed(self, report: CrashReport) -> None:
+        self.tell_supervisor(Crashed(report=report))
 
-    def start_session(self, message: _Create) -> None:
+    def session_gone(self, mailbox: SessionMailbox, actor_urn: str, reason: str) -> None:
+        self.tell_supervisor(Gone(mailbox=mailbox, actor_urn=actor_urn, reason=reason))
+
+    def wake(self, mailbox: SessionMailbox) -> None:
+        self.tell_supervisor(Wake(mailbox=mailbox))
+
+    # -- the supervisor's side (its thread only) ------------------------------------
+
+    def dispatch(self, message: Any) -> None:
+        handler = _HANDLERS[type(message)]
+        handler(self, message)
+
+    def _start_session(self, message: Create) -> None:
         if self._closed:
             message.reply.fail(RegistryClosedError("the session registry is shut down"))
             return
-        if message.session_id in self._table:
+        if message.session_id in self._routes:
             message.reply.fail(DuplicateSessionError(message.session_id))
             return
-        ref = SessionActor.start(
-            session_id=message.session_id,
-            context=self._context,
-            send=message.send,
-            close=message.close,
-            lease_generation=message.lease_generation,
-            outbox=message.outbox,
-            reply=message.reply,
-        )
-        self._table[message.session_id] = ref
+        mailbox = SessionMailbox(message.session_id, self)
+        self._routes[message.session_id] = mailbox
+        SessionActor.start(mailbox=mailbox, context=self._context, opening=message.opening)
 
-    def route_close(self, message: _Close) -> None:
+    def _route_close(self, message: Closing) -> None:
         # Out of the table at once, so a create of the same id right after
-        # close() returns succeeds; calls already routed are handled first.
-        ref = self._table.pop(message.session_id, None)
-        if ref is None:
+        # close() returns succeeds; calls already queued are handled first.
+        mailbox = self._routes.pop(message.session_id, None)
+        if mailbox is None:
             message.reply.resolve(None)
             return
-        self._closing[ref.actor_urn] = ref
-        reply = _CloseReply(self, message.session_id, ref, message.reply)
+        reply = _CloseReply(self, mailbox, message.reply)
         try:
-            ref.tell(Call(command=message.command, reply=reply))
-        except pykka.ActorDeadError:
+            mailbox.tell(Call(command=message.command, reply=reply))
+        except InboxClosedError:
             message.reply.resolve(None)
 
-    def forget(self, message: _Gone) -> None:
-        ref = self._closing.pop(message.actor_urn, None)
-        current = self._table.get(message.session_id)
-        if current is not None and current.actor_urn == message.actor_urn:
-            ref = self._table.pop(message.session_id)
-        if ref is not None:
-            self._retire(ref)
-        if message.reason == "failed":
-            self._failed += 1
-        elif message.reason == "expired":
-            self._expired += 1
+    def _reopen(self, message: Reopen) -> None:
+        """A close that crashed never happened: route the session again, then answer."""
+        mailbox = message.mailbox
+        if mailbox.session_id not in self._routes and mailbox.phase != MailboxPhase.CLOSED:
+            self._routes[mailbox.session_id] = mailbox
+        message.answer.fail(message.error)
 
-    def tick_all(self, message: _Sweep) -> None:
-        tick = Tick(now=message.now)
-        self._broadcast(lambda done: Call(command=tick, reply=done, internal=True), message.reply)
+    def _forget(self, message: Gone) -> None:
+        mailbox = message.mailbox
+        if self._routes.get(mailbox.session_id) is mailbox:
+            del self._routes[mailbox.session_id]
+            self.books.crash_times.pop(mailbox.session_id, None)
+        self.books.retire(message.actor_urn, message.reason)
 
-    def stop_sessions(self, message: _Stop) -> None:
+    def _sweep(self, message: Sweep) -> None:
+        now = message.now
+        live = []
+        for mailbox in list(self._routes.values()):
+            if mailbox.parked is None:
+                live.append(mailbox)
+            else:
+                self._sweep_parked(mailbox, now)
+        countdown = _CountDown(len(live), message.reply)
+        tick = Tick(now=now)
+        for mailbox in live:
+            if not mailbox.tell_if_live(Call(command=tick, reply=countdown, internal=True)):
+                countdown.resolve(None)  # parked meanwhile: the next sweep prunes it
+        after_s = self.passivate_after_s
+        if after_s is not None:
+            proposal = Passivate(now=now, after_s=after_s)
+            for actor in self.books.live_actors():
+                if not actor.counters.attached:
+                    actor.mailbox.tell_if_live(proposal)
+        self._judge_health(now)
+
+    def _sweep_parked(self, mailbox: SessionMailbox, now: float) -> None:
+        parked = mailbox.parked
+        if parked is None:
+            return
+        if parked.expired(now, self.config.disconnect_grace_s):
+            if mailbox.close_if_parked():
+                if self._routes.get(mailbox.session_id) is mailbox:
+                    del self._routes[mailbox.session_id]
+                self.books.parked_left(parked, reason="expired")
+                event = LifecycleEvent(
+                    kind="expired",
+                    session_id=parked.session_id,
+                    attachment_generation=parked.attachment_generation,
+                    lease_generation=parked.lease_generation,
+                    reason="disconnect_grace",
+                )
+                self.notify(event)
+                self.notify(
+                    LifecycleEvent(
+                        kind="closed",
+                        session_id=parked.session_id,
+                        attachment_generation=parked.attachment_generation,
+                        lease_generation=parked.lease_generation,
+                    )
+                )
+            return
+        pruned = parked.pruned(now, self.config.replay_ttl_s)
+        if pruned is not parked and mailbox.replace_parked(pruned):
+            self.books.parked_pruned(parked, pruned)
+
+    def _stop_sessions(self, message: Stop) -> None:
         self._closed = True
-        self._broadcast(lambda done: Shutdown(reply=done), message.reply)
-
-    def reopen(self, session_id: str, ref: pykka.ActorRef[SessionActor]) -> None:
-        """A close that crashed never happened: route the session again.
-
-        Called on the session's thread before the close's caller is answered,
-        so the caller finds the session where it left it. If a new session
-        took the id meanwhile, the old one stays in ``_closing``.
-        """
-        if self._table.setdefault(session_id, ref) is ref:
-            self._closing.pop(ref.actor_urn, None)
-
-    def adopt_live_sessions(self) -> None:
-        """Take the routing over from the live session actors of this registry.
-
-        A session whose create the last supervisor started but never entered
-        in the table is entered now; one that died meanwhile is dropped.
-        """
-        for actor in list(self._actors.values()):
-            ref = actor.actor_ref
-            if ref.is_alive() and actor.session_id not in self._table:
-                self._table[actor.session_id] = ref
-        for session_id, ref in list(self._table.items()):
-            if not ref.is_alive():
-                del self._table[session_id]
-
-    # -- internals -----------------------------------------------------------------
-
-    def _broadcast(self, mail_for: Callable[[Reply], object], reply: Reply) -> None:
-        """Send every routed session ``mail_for(done)``; answer ``reply`` once all did."""
-        refs = list(self._table.values())
-        countdown = _CountDown(len(refs), reply)
-        for ref in refs:
+        mailboxes = {id(m): m for m in self._routes.values()}
+        for actor in self.books.live_actors():
+            mailboxes.setdefault(id(actor.mailbox), actor.mailbox)
+        countdown = _CountDown(len(mailboxes), message.reply)
+        for mailbox in mailboxes.values():
+            parked = mailbox.take_parked()
+            if parked is not None:
+                self.books.parked_left(parked, reason="shutdown")
+                self._answer_closed(mailbox)
+                countdown.resolve(None)
+                continue
             try:
-                ref.tell(mail_for(countdown))
-            except pykka.ActorDeadError:
+                mailbox.tell(Shutdown(reply=countdown))
+            except InboxClosedError:
                 countdown.resolve(None)
 
-    def _retire(self, ref: pykka.ActorRef[SessionActor]) -> None:
-        with self._stats_lock:
-            actor = self._actors.pop(ref.actor_urn, None)
-            if actor is not None:
-                for name in _SUMMED:
-                    self._retired[name] += getattr(actor.counters, name)
+    def _activate(self, message: Wake) -> None:
+        mailbox = message.mailbox
+        parked = mailbox.take_parked()
+        if parked is None:
+            return
+        self.books.parked_woken(parked)
+        if self._closed:
+            self._answer_closed(mailbox)
+            return
+        SessionActor.start(mailbox=mailbox, context=self._context, parked=parked)
+
+    def _decide(self, message: Crashed) -> None:
+        """Apply the restart policy to one crash (OTP's intensity, then escalation)."""
+        report = message.report
+        now = self.clock()
+        books = self.books
+        if report.during == "reactivate":
+            books.reactivation_crashed(report.mailbox)
+        books.registry_crashes.append(now)
+        healthy = self._judge_health(now)
+        times = books.crash_times.setdefault(report.session_id, [])
+        times.append(now)
+        restart = (
+            healthy
+            and report.state_sound
+            and not report.retry_crashed
+            and self.policy.allows_restart(times, now)
+        )
+        if not restart:
+            self._give_up(report)
+            return
+        delay = self.policy.backoff_s_for(len(times))
+        if delay > 0:
+            self.timers.schedule(now + delay, Proceed(report=report))
+        else:
+            self._proceed(Proceed(report=report))
+
+    def _proceed(self, message: Proceed) -> None:
+        report = message.report
+        if report.during == "reactivate":
+            self._activate(Wake(mailbox=report.mailbox))
+            return
+        with contextlib.suppress(InboxClosedError):
+            report.mailbox.tell(Restart())
+
+    def _give_up(self, report: CrashReport) -> None:
+        mailbox = report.mailbox
+        if report.during == "handle":
+            with contextlib.suppress(InboxClosedError):
+                mailbox.tell(FailSession())
+            return
+        parked = mailbox.take_parked()
+        if parked is None:
+            return
+        self.books.parked_left(parked, reason="failed")
+        if self._routes.get(mailbox.session_id) is mailbox:
+            del self._routes[mailbox.session_id]
+        self.notify(
+            LifecycleEvent(kind="failed", session_id=mailbox.session_id, reason="session_failed")
+        )
+        self._answer_closed(mailbox, failed=True)
+
+    def _judge_health(self, now: float) -> bool:
+        healthy = self.policy.registry_healthy(self.books.registry_crashes, now)
+        if healthy != self.books.healthy:
+            self.books.set_healthy(healthy)
+            crashes = len(self.books.registry_crashes)
+            self.notify(
+                LifecycleEvent(
+                    kind="registry_healthy" if healthy else "registry_unhealthy",
+                    session_id="",
+                    reason=f"{crashes} crashes within {self.policy.within_s:g} s",
+                )
+            )
+        return healthy
+
+    def _answer_closed(self, mailbox: SessionMailbox, *, failed: bool = False) -> None:
+        """Close a mailbox nobody runs; answer what it held (closed, or failed)."""
+        error: Exception = (
+            SessionFailedError(f"session {mailbox.session_id} failed and was closed")
+            if failed
+            else RegistryClosedError("the session registry was shut down")
+        )
+        for mail in mailbox.close():
+            if isinstance(mail, Call):
+                mail.reply.fail(error)
+            elif isinstance(mail, Shutdown) and mail.reply is not None:
+                mail.reply.resolve(None)
+
+    # -- supervisors coming and going --------------------------------------------------
 
     def hand_over(self, dead: pykka.ActorRef[SupervisorActor], queued: list[Any]) -> None:
         """A supervisor gave up: start its successor and pass on what it left queued."""
         self._take_over(dead)
         for message in queued:
-            self._tell_supervisor(message, getattr(message, "reply", None))
+            self.tell_supervisor(message, getattr(message, "reply", None))
 
-    def _tell_supervisor(self, message: object, reply: Reply | None = None) -> None:
-        for _ in range(2):
+    def tell_supervisor(self, message: object, reply: Reply | None = None) -> None:
+        """Deliver ``message`` to a live supervisor, starting successors as needed.
+
+        Never drops it: it is delivered, or (the registry is shut down) its
+        caller is answered :class:`RegistryClosedError`.
+        """
+        while True:
             supervisor = self._supervisor
             try:
                 supervisor.tell(message)
             except pykka.ActorDeadError:
-                if not self._take_over(supervisor) and reply is not None:
-                    reply.fail(RegistryClosedError("the session registry is shut down"))
+                if not self._take_over(supervisor):
+                    self._refuse(message, reply)
                     return
             else:
                 return
+
+    def _refuse(self, message: object, reply: Reply | None) -> None:
+        if reply is not None:
+            reply.fail(RegistryClosedError("the session registry is shut down"))
+        elif isinstance(message, Wake):
+            parked = message.mailbox.take_parked()
+            if parked is not None:
+                self.books.parked_woken(parked)
+            self._answer_closed(message.mailbox)
 
     def _start_supervisor(self) -> pykka.ActorRef[SupervisorActor]:
         actor_class = _DaemonSupervisorActor if self._context.daemon_threads else SupervisorActor
@@ -565,6 +574,40 @@ class SessionSystem:
             if self._closed:
                 return False
             logger.warning("supervisor of registry %s died; taking over", self.registry_id)
-            self._takeovers += 1
+            self.books.takeovers += 1
             self._supervisor = self._start_supervisor()
             return True
+
+
+class _CloseReply:
+    """A close's reply: on a crash, the supervisor puts the session back first."""
+
+    __slots__ = ("_mailbox", "_reply", "_system")
+
+    def __init__(self, system: SessionSystem, mailbox: SessionMailbox, reply: Reply) -> None:
+        self._system = system
+        self._mailbox = mailbox
+        self._reply = reply
+
+    def resolve(self, value: object) -> None:
+        self._reply.resolve(value)
+
+    def fail(self, error: BaseException) -> None:
+        if isinstance(error, SessionCrashedError):
+            reopen = Reopen(mailbox=self._mailbox, answer=self._reply, error=error)
+            self._system.tell_supervisor(reopen)
+        else:
+            self._reply.fail(error)
+
+
+_HANDLERS: dict[type[Any], Callable[[SessionSystem, Any], None]] = {
+    Create: SessionSystem._start_session,
+    Closing: SessionSystem._route_close,
+    Reopen: SessionSystem._reopen,
+    Gone: SessionSystem._forget,
+    Sweep: SessionSystem._sweep,
+    Stop: SessionSystem._stop_sessions,
+    Wake: SessionSystem._activate,
+    Crashed: SessionSystem._decide,
+    Proceed: SessionSystem._proceed,
+}

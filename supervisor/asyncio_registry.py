@@ -26,7 +26,7 @@ from actors.errors import SessionError
 from actors.messages import CloseCallable, LifecycleEvent, SendCallable
 from actors.ports import NO_WAITER
 from actors.state import SessionConfig
-from supervisor.actor import SessionSystem
+from supervisor.actor import DEFAULT_PASSIVATE_AFTER_S, SessionSystem
 from supervisor.async_door import AsyncSessionRegistry, LoopReply, check_timing
 from supervisor.faults import FaultPlan
 from supervisor.outbox import AsyncioOutbox, CoalescingPort, OutboxCore
@@ -75,6 +75,7 @@ class AsyncioSessionRegistry(AsyncSessionRegistry):
         disconnect_grace_s: float | None = None,
         send_timeout_s: float | None = 10.0,
         restart_policy: RestartPolicy | None = None,
+        passivate_after_s: float | None = DEFAULT_PASSIVATE_AFTER_S,
         faults: FaultPlan | None = None,
         observer: Callable[[LifecycleEvent], None] | None = None,
         sweep_interval_s: float | None = 1.0,
@@ -97,6 +98,7 @@ class AsyncioSessionRegistry(AsyncSessionRegistry):
                 clock=clock or time.monotonic,
                 port=port,
                 restart_policy=restart_policy,
+                passivate_after_s=passivate_after_s,
                 faults=faults,
                 observer=observer,
                 daemon_threads=daemon_threads,
@@ -211,6 +213,7 @@ async def open_session_registry(
     disconnect_grace_s: float | None = None,
     send_timeout_s: float | None = 10.0,
     restart_policy: RestartPolicy | None = None,
+    passivate_after_s: float | None = DEFAULT_PASSIVATE_AFTER_S,
     faults: FaultPlan | None = None,
     observer: Callable[[LifecycleEvent], None] | None = None,
     sweep_interval_s: float | None = 1.0,
@@ -227,6 +230,7 @@ async def open_session_registry(
         disconnect_grace_s=disconnect_grace_s,
         send_timeout_s=send_timeout_s,
         restart_policy=restart_policy,
+        passivate_after_s=passivate_after_s,
         faults=faults,
         observer=observer,
         sweep_interval_s=sweep_interval_s,

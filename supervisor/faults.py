@@ -5,7 +5,10 @@ Pass a plan to a registry (``faults=plan``) and arm it while the system runs:
 * ``plan.crash("send_event.recorded", session_id="s1", times=2)``: the next two
   times session ``s1`` passes that failpoint, the handler raises
   :class:`InjectedFaultError` (a crash, not a domain error). ``session_id=None``
-  means any session. :data:`FAILPOINTS` lists the names.
+  means any session. :data:`FAILPOINTS` lists the names of the commands'
+  steps; :data:`LIFECYCLE_FAILPOINTS` those of passivation (``passivate.*``:
+  the session stays live) and reactivation (``reactivate.*``: the session
+  stays parked, and the supervisor decides as for any crash).
 * ``plan.crash_supervisor(times=1)``: the supervisor actor dies on its next
   message; the registry starts a new one that takes the routing over.
 * ``plan.jump_clock(seconds)``: the registry's clock leaps forward (TTL and
@@ -28,9 +31,15 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from actors.state import FAILPOINTS
+from actors.state import FAILPOINTS, LIFECYCLE_FAILPOINTS
 
-__all__ = ["FAILPOINTS", "FaultPlan", "InjectedFaultError", "TransportAction"]
+__all__ = [
+    "FAILPOINTS",
+    "LIFECYCLE_FAILPOINTS",
+    "FaultPlan",
+    "InjectedFaultError",
+    "TransportAction",
+]
 
 
 class InjectedFaultError(RuntimeError):
@@ -81,12 +90,18 @@ class FaultPlan:
 
     @staticmethod
     def failpoint_names() -> tuple[str, ...]:
+        """The commands' failpoints (what a crash mid-command can hit)."""
         return FAILPOINTS
+
+    @staticmethod
+    def lifecycle_failpoint_names() -> tuple[str, ...]:
+        """Passivation's and reactivation's failpoints."""
+        return LIFECYCLE_FAILPOINTS
 
     # -- arming ---------------------------------------------------------------
 
     def crash(self, failpoint: str, *, session_id: str | None = None, times: int = 1) -> None:
-        if failpoint not in FAILPOINTS:
+        if failpoint not in FAILPOINTS and failpoint not in LIFECYCLE_FAILPOINTS:
             raise ValueError(f"unknown failpoint {failpoint!r}; see FaultPlan.failpoint_names()")
         if times < 1:
             raise ValueError("times must be >= 1")

@@ -55,7 +55,7 @@ from actors.ports import (
     settle_failed,
 )
 from actors.state import SessionConfig, check_session_id
-from supervisor.actor import RegistryStats, SessionSystem
+from supervisor.actor import DEFAULT_PASSIVATE_AFTER_S, RegistryStats, SessionSystem
 from supervisor.faults import FaultPlan
 from supervisor.policy import RestartPolicy
 
@@ -203,6 +203,7 @@ class ThreadSessionRegistry:
         clock: Callable[[], float] | None = None,
         disconnect_grace_s: float | None = None,
         restart_policy: RestartPolicy | None = None,
+        passivate_after_s: float | None = DEFAULT_PASSIVATE_AFTER_S,
         faults: FaultPlan | None = None,
         observer: Callable[[LifecycleEvent], None] | None = None,
         strict: bool = True,
@@ -224,6 +225,7 @@ class ThreadSessionRegistry:
             clock=clock or time.monotonic,
             port=self._dispatcher,
             restart_policy=restart_policy,
+            passivate_after_s=passivate_after_s,
             faults=faults,
             observer=observer,
         )

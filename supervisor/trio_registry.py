@@ -28,7 +28,7 @@ from actors.errors import SessionError
 from actors.messages import CloseCallable, LifecycleEvent, SendCallable
 from actors.ports import NO_WAITER
 from actors.state import SessionConfig
-from supervisor.actor import SessionSystem
+from supervisor.actor import DEFAULT_PASSIVATE_AFTER_S, SessionSystem
 from supervisor.async_door import AsyncSessionRegistry, LoopReply, check_timing
 from supervisor.faults import FaultPlan
 from supervisor.outbox import CoalescingPort, OutboxCore, TrioOutbox
@@ -158,6 +158,7 @@ async def open_session_registry(
     disconnect_grace_s: float | None = None,
     send_timeout_s: float | None = 10.0,
     restart_policy: RestartPolicy | None = None,
+    passivate_after_s: float | None = DEFAULT_PASSIVATE_AFTER_S,
     faults: FaultPlan | None = None,
     observer: Callable[[LifecycleEvent], None] | None = None,
     sweep_interval_s: float | None = 1.0,
@@ -186,6 +187,7 @@ async def open_session_registry(
         clock=clock or time.monotonic,
         port=port,
         restart_policy=restart_policy,
+        passivate_after_s=passivate_after_s,
         faults=faults,
         observer=observer,
     )
