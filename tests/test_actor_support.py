@@ -146,6 +146,7 @@ def registry(
     restart_policy: RestartPolicy | None = None,
     disconnect_grace_s: float | None = None,
     replay_ttl_s: float = 60.0,
+    passivate_after_s: float | None = 30.0,
 ) -> Iterator[ThreadSessionRegistry]:
     reg = ThreadSessionRegistry(
         replay_ttl_s=replay_ttl_s,
@@ -155,6 +156,7 @@ def registry(
         observer=observer,
         restart_policy=restart_policy,
         disconnect_grace_s=disconnect_grace_s,
+        passivate_after_s=passivate_after_s,
         timeout=WAIT,
     )
     try:
