@@ -47,18 +47,26 @@ from tests.helpers import (
 def test_phases_follow_the_session() -> None:
     world = open_world()
     state = world.state
-    assert state.phase is SessionPhase.ATTACHED
+    phases = [state.phase]
     ok(state.handle(ReleaseAttachment()))
-    assert state.phase is SessionPhase.DETACHED
+    phases.append(state.phase)
     reply = resume(world, activation_payload_factory=activation_payload)
-    assert state.phase is SessionPhase.ACTIVATING
+    phases.append(state.phase)
     generation = reply.attachment_generation
     ok(state.handle(ActivationOutcome(attachment_generation=generation, delivered=False)))
-    assert state.phase is SessionPhase.RECOVERING
+    phases.append(state.phase)
     resume(world, token=world.tokens["created"])
-    assert state.phase is SessionPhase.ATTACHED
+    phases.append(state.phase)
     ok(state.handle(Close()))
-    assert state.phase is SessionPhase.CLOSED
+    phases.append(state.phase)
+    assert [p.value for p in phases] == [
+        "attached",
+        "detached",
+        "activating",
+        "recovering",
+        "attached",
+        "closed",
+    ]
 
 
 def test_the_accepts_table() -> None:
