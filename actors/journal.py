@@ -20,7 +20,7 @@ import numbers
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
@@ -58,23 +58,44 @@ def _dumps(payload: Mapping[Any, object], *, allow_nan: bool) -> bytes:
     return encoder.encode(payload).encode("utf-8")
 
 
-def _check_strict_json(value: object) -> None:
-    """Reject non-str keys anywhere; json.dumps catches the other types later."""
+_EXACT_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _inspect_json(value: object, *, strict: bool) -> bool:
+    """Whether ``json.loads`` of ``value``'s encoding gives ``value`` back exactly.
+
+    Not exact: a tuple (comes back a list), a non-str key (comes back a str),
+    a subclass of a JSON type. Strict: a non-str key, or a mapping that is not
+    a plain dict, is an :class:`InvalidPayloadError`; json.dumps catches the
+    other non-JSON types later.
+    """
+    exact = True
     stack: list[object] = [value]
     while stack:
         item = stack.pop()
-        if isinstance(item, dict):
-            for key, child in item.items():
-                if not isinstance(key, str):
-                    raise InvalidPayloadError(
-                        f"payload keys must be strings, got {type(key).__name__}"
-                    )
-                if isinstance(child, dict | list | tuple):
-                    stack.append(child)
+        kind = type(item)
+        if kind is dict or (kind is not list and isinstance(item, dict)):
+            exact = exact and kind is dict
+            for key, child in item.items():  # type: ignore[attr-defined]
+                if type(key) is not str:
+                    if strict and not isinstance(key, str):
+                        raise InvalidPayloadError(
+                            f"payload keys must be strings, got {type(key).__name__}"
+                        )
+                    exact = False
+                stack.append(child)
+        elif kind is list:
+            stack.extend(item)  # type: ignore[arg-type]
         elif isinstance(item, list | tuple):
-            stack.extend(child for child in item if isinstance(child, dict | list | tuple))
+            exact = False
+            stack.extend(item)
         elif isinstance(item, Mapping):
-            raise InvalidPayloadError("nested mappings must be plain dicts to be JSON")
+            if strict:
+                raise InvalidPayloadError("nested mappings must be plain dicts to be JSON")
+            exact = False
+        elif kind not in _EXACT_SCALARS:
+            exact = False
+    return exact
 
 
 def normalize_payload(payload: object, *, strict: bool) -> dict[object, object]:
@@ -93,10 +114,14 @@ def normalize_payload(payload: object, *, strict: bool) -> dict[object, object]:
 
 def encode_event(sequenced: dict[object, object], *, strict: bool) -> bytes:
     """Compact JSON bytes of a sequenced payload, or :class:`InvalidPayloadError`."""
-    if strict:
-        _check_strict_json(sequenced)
+    return _encode_checked(sequenced, strict=strict)[0]
+
+
+def _encode_checked(sequenced: dict[object, object], *, strict: bool) -> tuple[bytes, bool]:
+    """The bytes, and whether decoding them gives ``sequenced`` back exactly."""
+    exact = _inspect_json(sequenced, strict=strict)
     try:
-        return _dumps(sequenced, allow_nan=not strict)
+        return _dumps(sequenced, allow_nan=not strict), exact
     except (TypeError, ValueError, RecursionError) as exc:
         # The message of json's own error names the offending type or value,
         # never more of the payload than that.
@@ -121,23 +146,88 @@ def check_sequence(sequence: object, *, strict: bool, what: str) -> int:
     return sequence  # type: ignore[return-value]
 
 
-@dataclass(frozen=True, slots=True)
 class JournalEntry:
-    """One recorded event. ``payload`` is read-only and includes ``server_event_seq``."""
+    """One recorded event. ``payload`` is read-only and includes ``server_event_seq``.
+
+    Immutable. A journal's entry keeps the compact JSON it was measured by
+    (``encoded``, ``encoded_bytes`` long) and rebuilds ``payload`` from it on
+    each read, which costs a decode but halves what a retained event holds.
+    A payload JSON would not give back exactly (a tuple, a non-str key a
+    lenient journal took, a subclass of a JSON type) is kept as well, and
+    an entry built from a payload alone (the seed's constructor) keeps it.
+    """
+
+    __slots__ = ("_kept", "created_monotonic", "encoded", "encoded_bytes", "sequence")
 
     sequence: int
     created_monotonic: float
     encoded_bytes: int
-    payload: Mapping[str, object] = field(repr=False)
-    encoded: bytes = field(default=b"", repr=False, compare=False)
+    encoded: bytes
+    _kept: Mapping[str, object] | None
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.payload, MappingProxyType):
-            object.__setattr__(self, "payload", MappingProxyType(dict(self.payload)))
+    def __init__(
+        self,
+        sequence: int,
+        created_monotonic: float,
+        encoded_bytes: int,
+        payload: Mapping[str, object] | None = None,
+        encoded: bytes = b"",
+    ) -> None:
+        if payload is None and not encoded:
+            raise TypeError("a JournalEntry needs its payload or its encoded bytes")
+        kept: Mapping[str, object] | None = None
+        if payload is not None:
+            kept = payload if type(payload) is MappingProxyType else MappingProxyType(dict(payload))
+        setter = object.__setattr__
+        setter(self, "sequence", sequence)
+        setter(self, "created_monotonic", created_monotonic)
+        setter(self, "encoded_bytes", encoded_bytes)
+        setter(self, "encoded", encoded)
+        setter(self, "_kept", kept)
+
+    @property
+    def payload(self) -> Mapping[str, object]:
+        kept = self._kept
+        if kept is not None:
+            return kept
+        return MappingProxyType(json.loads(self.encoded))
+
+    def fresh_payload(self) -> dict[str, object]:
+        """A new plain dict of the payload (what a replay puts on the wire)."""
+        kept = self._kept
+        if kept is not None:
+            return dict(kept)
+        rebuilt: dict[str, object] = json.loads(self.encoded)
+        return rebuilt
 
     def json_bytes(self) -> bytes:
         """The compact JSON the journal measured, without encoding again."""
         return self.encoded or _dumps(self.payload, allow_nan=True)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"JournalEntry is immutable: cannot set {name}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"JournalEntry is immutable: cannot delete {name}")
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not JournalEntry:
+            return NotImplemented
+        return (
+            self.sequence == other.sequence
+            and self.created_monotonic == other.created_monotonic
+            and self.encoded_bytes == other.encoded_bytes
+            and dict(self.payload) == dict(other.payload)
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.sequence, self.created_monotonic, self.encoded_bytes))
+
+    def __repr__(self) -> str:
+        return (
+            f"JournalEntry(sequence={self.sequence!r}, "
+            f"created_monotonic={self.created_monotonic!r}, encoded_bytes={self.encoded_bytes!r})"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,20 +344,27 @@ class EventJournal:
 
     def record(self, payload: Mapping[str, object]) -> JournalEntry:
         """Sequence, measure and keep one event; raise if a cap is hit."""
+        return self.record_framed(payload)[0]
+
+    def record_framed(
+        self, payload: Mapping[str, object]
+    ) -> tuple[JournalEntry, Mapping[str, object]]:
+        """:meth:`record`, also handing back the sequenced payload (the live frame),
+        so sending it live costs no decode."""
         # record_many((payload,)) without the batch's bookkeeping: the hot path.
         if self._overflowed:
             raise JournalOverflowError("duplex event journal already exceeded its byte limit")
         sequence = self._next_sequence
-        sequenced, encoded = self._stage(payload, sequence)
+        sequenced, encoded, exact = self._stage(payload, sequence)
         now = self._clock()
         self.prune(now)
         size = len(encoded)
         self._admit(size, 1)
-        entry = JournalEntry(sequence, now, size, MappingProxyType(sequenced), encoded)  # type: ignore[arg-type]
+        entry = JournalEntry(sequence, now, size, None if exact else sequenced, encoded)  # type: ignore[arg-type]
         self._entries.append(entry)
         self._retained_bytes += size
         self._next_sequence = sequence + 1
-        return entry
+        return entry, sequenced  # type: ignore[return-value]
 
     def record_many(self, payloads: Sequence[Mapping[str, object]]) -> tuple[JournalEntry, ...]:
         """Record a batch all or nothing: one bad payload or a cap records none.
@@ -275,6 +372,12 @@ class EventJournal:
         Hitting a cap still makes the journal overflowed, as a single
         :meth:`record` would: overflow is sticky and nothing is evicted.
         """
+        return self.record_many_framed(payloads)[0]
+
+    def record_many_framed(
+        self, payloads: Sequence[Mapping[str, object]]
+    ) -> tuple[tuple[JournalEntry, ...], tuple[Mapping[str, object], ...]]:
+        """:meth:`record_many`, also handing back the sequenced payloads."""
         if self._overflowed:
             raise JournalOverflowError("duplex event journal already exceeded its byte limit")
         staged = [
@@ -283,30 +386,31 @@ class EventJournal:
         ]
         now = self._clock()
         self.prune(now)
-        size = sum(len(encoded) for _, encoded in staged)
+        size = sum(len(encoded) for _, encoded, _ in staged)
         self._admit(size, len(staged))
         entries = tuple(
             JournalEntry(
-                sequence=self._next_sequence + offset,
-                created_monotonic=now,
-                encoded_bytes=len(encoded),
-                payload=MappingProxyType(sequenced),  # type: ignore[arg-type]
-                encoded=encoded,
+                self._next_sequence + offset,
+                now,
+                len(encoded),
+                None if exact else sequenced,  # type: ignore[arg-type]
+                encoded,
             )
-            for offset, (sequenced, encoded) in enumerate(staged)
+            for offset, (sequenced, encoded, exact) in enumerate(staged)
         )
         self._entries.extend(entries)
         self._retained_bytes += size
         self._next_sequence += len(entries)
-        return entries
+        return entries, tuple(sequenced for sequenced, _, _ in staged)  # type: ignore[misc]
 
     def _stage(
         self, payload: Mapping[str, object], sequence: int
-    ) -> tuple[dict[object, object], bytes]:
-        """The sequenced copy of ``payload`` and its bytes, or InvalidPayloadError."""
+    ) -> tuple[dict[object, object], bytes, bool]:
+        """The sequenced copy of ``payload``, its bytes and whether they give it back
+        exactly; or InvalidPayloadError."""
         sequenced = normalize_payload(payload, strict=self._strict)
         sequenced["server_event_seq"] = sequence
-        return sequenced, encode_event(sequenced, strict=self._strict)
+        return (sequenced, *_encode_checked(sequenced, strict=self._strict))
 
     def _admit(self, size: int, count: int) -> None:
         """Room for ``count`` more events of ``size`` bytes, or a sticky overflow."""

@@ -118,7 +118,7 @@ def delivery_frames(effect: Deliver | Activate) -> Iterator[dict[str, object]]:
         else:
             yield dict(factory(effect.resume_token, effect.attachment_generation))
         for entry in effect.replay:
-            yield dict(entry.payload)
+            yield entry.fresh_payload()
     else:
         for frame in effect.frames:
             yield dict(frame)

@@ -486,23 +486,23 @@ class SessionState:
         self._failpoint("send_event.enter")
         attachment = self._attachment
         if command.journal:
-            entry = self._journal.record(command.payload)
+            entry, frame = self._journal.record_framed(command.payload)
             self._failpoint("send_event.recorded")
             if command.on_accepted is not None:
                 self._effects.append(EventAccepted(callback=command.on_accepted))
             if attachment is not None:
                 self._effects.append(
-                    Deliver(attachment_generation=attachment.generation, frames=(entry.payload,))
+                    Deliver(attachment_generation=attachment.generation, frames=(frame,))
                 )
             self._failpoint("send_event.effects")
             return entry
-        frame = normalize_payload(command.payload, strict=self._config.strict)
+        plain = normalize_payload(command.payload, strict=self._config.strict)
         self._failpoint("send_event.recorded")
         if attachment is not None:
             self._effects.append(
                 Deliver(
                     attachment_generation=attachment.generation,
-                    frames=(frame,),  # type: ignore[arg-type]
+                    frames=(plain,),  # type: ignore[arg-type]
                     on_delivered=command.on_accepted,
                 )
             )
@@ -515,8 +515,7 @@ class SessionState:
         if not command.atomic:
             reply, frames = self._record_each(command)
         elif command.journal:
-            entries = self._journal.record_many(command.payloads)
-            frames = tuple(entry.payload for entry in entries)
+            entries, frames = self._journal.record_many_framed(command.payloads)
             reply = entries
         else:
             frames = tuple(
@@ -538,9 +537,9 @@ class SessionState:
         for payload in command.payloads:
             try:
                 if command.journal:
-                    entry = self._journal.record(payload)
+                    entry, frame = self._journal.record_framed(payload)
                     results.append(entry)
-                    frames.append(entry.payload)
+                    frames.append(frame)
                 else:
                     frames.append(normalize_payload(payload, strict=self._config.strict))
                     results.append(None)
