@@ -272,7 +272,7 @@ def test_a_retained_event_keeps_its_bytes_not_its_dict() -> None:
     with pytest.raises(TypeError):
         entry.payload["text"] = "x"  # type: ignore[index]
     with pytest.raises(AttributeError):
-        entry.sequence = 2  # type: ignore[misc]
+        entry.sequence = 2
 
 
 def test_payloads_json_would_change_are_kept_exactly() -> None:
