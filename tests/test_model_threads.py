@@ -19,7 +19,16 @@ from supervisor.actor import SessionSystem, SupervisorActor
 from supervisor.faults import FaultPlan
 from supervisor.policy import RestartPolicy
 from supervisor.threads import ThreadReply, ThreadSessionRegistry
-from tests.model_support import LIMIT, MAX_BYTES, START, TTL, DoorCall, Observer, Wire
+from tests.model_support import (
+    LIMIT,
+    MAX_BYTES,
+    PASSIVATE_AFTER_S,
+    START,
+    TTL,
+    DoorCall,
+    Observer,
+    Wire,
+)
 from tests.test_model_machine import RegistryMachine
 
 
@@ -34,6 +43,7 @@ class ThreadDoor:
             faults=plan,
             observer=observer,
             restart_policy=RestartPolicy(max_restarts=10_000),
+            passivate_after_s=PASSIVATE_AFTER_S,
             sweep_interval_s=None,  # sweeps only when a rule asks
             timeout=LIMIT,
         )

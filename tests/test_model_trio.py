@@ -17,7 +17,17 @@ from hypothesis import settings
 from supervisor.faults import FaultPlan
 from supervisor.policy import RestartPolicy
 from supervisor.trio_registry import TrioSessionRegistry, open_session_registry
-from tests.model_support import LIMIT, MAX_BYTES, SEND_TIMEOUT, START, TTL, DoorCall, Observer, Wire
+from tests.model_support import (
+    LIMIT,
+    MAX_BYTES,
+    PASSIVATE_AFTER_S,
+    SEND_TIMEOUT,
+    START,
+    TTL,
+    DoorCall,
+    Observer,
+    Wire,
+)
 from tests.test_model_machine import RegistryMachine
 
 
@@ -53,6 +63,7 @@ class TrioDoor:
             faults=self._plan,
             observer=self._observer,
             restart_policy=RestartPolicy(max_restarts=10_000),
+            passivate_after_s=PASSIVATE_AFTER_S,
             sweep_interval_s=None,  # sweeps only when a rule asks
             send_timeout_s=SEND_TIMEOUT,
         ) as registry:
