@@ -185,3 +185,57 @@ def test_escalation_past_the_registry_wide_limit() -> None:
         reg.sweep()
         events.wait_for("registry_healthy", "")
         assert reg.stats().healthy is True
+
+
+class _WatchedRoutes(dict[str, object]):
+    """A routing table that remembers which threads wrote it."""
+
+    writers: set[str]
+
+    def __setitem__(self, key: str, value: object) -> None:
+        self.writers.add(threading.current_thread().name)
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: str) -> None:
+        self.writers.add(threading.current_thread().name)
+        super().__delitem__(key)
+
+    def pop(self, key: str, *default: object) -> object:
+        self.writers.add(threading.current_thread().name)
+        return super().pop(key, *default)
+
+
+def test_only_the_supervisor_writes_the_routing_table() -> None:
+    plan = FaultPlan()
+    clock = FakeClock()
+    events = Events()
+    policy = RestartPolicy(max_restarts=1)
+    with registry(clock=clock, faults=plan, observer=events, restart_policy=policy) as reg:
+        routes = _WatchedRoutes()
+        routes.writers = set()
+        reg.system._routes = routes  # type: ignore[assignment]
+        reg.create("a", send=Wire().send, close=lambda r: None)
+        reg.create("b", send=Wire().send, close=lambda r: None)
+        plan.crash("close.enter", session_id="a")
+        with pytest.raises(SessionCrashedError):
+            reg.close("a")  # a crashed close puts the session back in the table
+        events.wait_for("restarted", "a")  # the crash report reached the supervisor
+        plan.crash_supervisor()
+        with pytest.raises(SessionCrashedError):
+            reg.create("c", send=Wire().send, close=lambda r: None)
+        reg.create("c", send=Wire().send, close=lambda r: None)
+        reg.detach("b")
+        clock.now += 30
+        reg.sweep()
+        events.wait_for("passivated", "b")
+        assert reg.has_attachment("b") is False  # woken
+        for _ in range(2):  # past its budget: the supervisor closes it
+            plan.crash("send_event.recorded", session_id="c")
+            with pytest.raises(SessionCrashedError):
+                reg.send_event("c", {"n": 1})
+        events.wait_for("failed", "c")
+        settle(reg, "c")
+        assert reg.close("a") is not None
+        assert sorted(reg.session_ids()) == ["b"]
+        assert routes.writers
+        assert all(name.startswith("duplex-supervisor:") for name in routes.writers), routes.writers
