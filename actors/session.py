@@ -17,6 +17,11 @@ the supervisor's timer, not a wait here.
 Passivation is the same split: the supervisor proposes :class:`Passivate`;
 the actor re-checks idleness when its turn comes, and parks (state as plain
 data in the mailbox, actor stopped, thread freed) only if nothing arrived.
+
+One class, longer than our other modules, on purpose: the crash, restart and
+passivation paths all read and change the same few fields (the state, the
+stash, the held messages, the outboxes) under the actor's one-message-at-a-
+time rule; the vocabulary it speaks is in :mod:`actors.mail`.
 """
 
 from __future__ import annotations
@@ -26,8 +31,7 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any
 
 import pykka
 
@@ -38,14 +42,26 @@ from actors.errors import (
     SessionCrashedError,
     SessionFailedError,
 )
-from actors.lifecycle import ParkedSession, ResumeStash, unknown_session_answer
+from actors.lifecycle import ParkedSession, ResumeStash
+from actors.mail import (
+    NO_REPLY,
+    Call,
+    CrashReport,
+    FailSession,
+    Mail,
+    Opening,
+    Passivate,
+    Restart,
+    SessionContext,
+    SessionOwner,
+    Shutdown,
+    answer_unknown,
+)
 from actors.mailbox import ClosableInbox, InboxClosedError, SessionMailbox
 from actors.messages import (
     Activate,
     ActivationOutcome,
     Close,
-    CloseCallable,
-    Command,
     Deliver,
     EventAccepted,
     LifecycleEvent,
@@ -53,12 +69,11 @@ from actors.messages import (
     Notify,
     ResumeResult,
     RetireAttachment,
-    SendCallable,
     Tick,
     TickResult,
 )
-from actors.ports import Delivery, LoopPort, Outbox, Reply
-from actors.state import Failpoints, SessionConfig, SessionState, Transition
+from actors.ports import Delivery, Outbox, Reply
+from actors.state import SessionState, Transition
 
 __all__ = [
     "THREAD_NAME_PREFIX",
@@ -82,109 +97,6 @@ logger = logging.getLogger("duplex_supervisor.actors")
 
 #: Every session thread is named ``THREAD_NAME_PREFIX + session_id``.
 THREAD_NAME_PREFIX = "duplex-session:"
-
-
-def answer_unknown(reply: Reply, command: Command, session_id: str) -> None:
-    """Answer ``command`` as the seed answered it for a session it did not know."""
-    transition = unknown_session_answer(command, session_id)
-    if transition.error is not None:
-        reply.fail(transition.error)
-    else:
-        reply.resolve(transition.reply)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CrashReport:
-    """A session's crash, for its supervisor to decide on."""
-
-    session_id: str
-    mailbox: SessionMailbox = field(repr=False)
-    #: ``handle``: a command's handler; ``reactivate``: bringing a parked session back.
-    during: Literal["handle", "reactivate"]
-    #: The restored state passed its invariant check (always True for ``reactivate``).
-    state_sound: bool = True
-    #: A retried internal command crashed again: restarting would loop.
-    retry_crashed: bool = False
-
-
-class SessionOwner(Protocol):
-    """The supervisor's side, as a session actor sees it."""
-
-    def actor_started(self, actor: SessionActor) -> None: ...
-
-    def actor_parked(self, actor: SessionActor, parked: ParkedSession) -> None: ...
-
-    def session_crashed(self, report: CrashReport) -> None: ...
-
-    def session_gone(self, mailbox: SessionMailbox, actor_urn: str, reason: str) -> None: ...
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SessionContext:
-    """What every session of one registry shares."""
-
-    registry_id: str
-    config: SessionConfig
-    clock: Callable[[], float]
-    failpoints: Failpoints
-    port: LoopPort
-    notify: Callable[[LifecycleEvent], None]
-    owner: SessionOwner
-    #: Daemon threads let a program that never shuts the registry down exit.
-    daemon_threads: bool = False
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Opening:
-    """What a new session is opened with (its create call)."""
-
-    send: SendCallable = field(repr=False)
-    close: CloseCallable = field(repr=False)
-    lease_generation: int
-    outbox: Outbox = field(repr=False)
-    reply: Reply = field(repr=False)
-
-
-class _Mail:
-    __slots__ = ()
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Call(_Mail):
-    """A command from a front door, its reply, and for a resume the new outbox."""
-
-    command: Command
-    reply: Reply = field(repr=False)
-    outbox: Outbox | None = field(default=None, repr=False)
-    #: An internal command (an outcome, a tick) is retried once after a crash.
-    internal: bool = False
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Shutdown(_Mail):
-    """The registry stops: answer everything with RegistryClosedError and stop."""
-
-    reply: Reply | None = field(default=None, repr=False)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Restart(_Mail):
-    """The supervisor's decision after a crash: go on with what was held."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FailSession(_Mail):
-    """The supervisor's decision after a crash: close the session, answer everyone."""
-
-    reason: str = "session_failed"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Passivate(_Mail):
-    """The supervisor proposes parking; the actor parks only if still idle then."""
-
-    now: float
-    after_s: float
 
 
 class SessionActor(pykka.ThreadingActor):
@@ -213,7 +125,7 @@ class SessionActor(pykka.ThreadingActor):
         self._outboxes: dict[int, Outbox] = {1: opening.outbox} if opening else {}
         self._stash: ResumeStash[Call] = ResumeStash()
         # Non-empty only while suspended: messages held for the supervisor's decision.
-        self._held: deque[_Mail] = deque()
+        self._held: deque[Mail] = deque()
         self._suspended = False
         # An internal command that crashed once: run again first on Restart.
         self._retry: Call | None = None
@@ -391,7 +303,7 @@ class SessionActor(pykka.ThreadingActor):
         """Called on the outbox's loop: hand the outcome back as a message."""
         # A session already gone has nothing left to roll back.
         with contextlib.suppress(InboxClosedError):
-            self._mailbox.tell(Call(command=outcome, reply=_NO_REPLY, internal=True))
+            self._mailbox.tell(Call(command=outcome, reply=NO_REPLY, internal=True))
 
     # -- crashes -------------------------------------------------------------------
 
@@ -518,7 +430,7 @@ class SessionActor(pykka.ThreadingActor):
         assert state is not None  # noqa: S101
         self._announce(state, "expired", "disconnect_grace")
         self._closing_reason = "expired"
-        self._run(Call(command=Close(), reply=_NO_REPLY, internal=True))
+        self._run(Call(command=Close(), reply=NO_REPLY, internal=True))
 
     def _on_shutdown(self, message: Shutdown) -> None:
         closed = RegistryClosedError("the session registry was shut down")
@@ -556,14 +468,3 @@ class SessionActor(pykka.ThreadingActor):
         """Stop this actor now, without touching the mailbox (pykka's stop would queue)."""
         self.actor_stopped.set()
         pykka.ActorRegistry.unregister(self.actor_ref)
-
-
-class _NoReply:
-    def resolve(self, value: object) -> None:
-        return None
-
-    def fail(self, error: BaseException) -> None:
-        return None
-
-
-_NO_REPLY: Reply = _NoReply()
