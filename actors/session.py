@@ -387,9 +387,12 @@ class SessionActor(pykka.ThreadingActor):
         owner = self._context.owner
 
         def commit() -> None:
-            # Inside the mailbox's lock: from here this actor never reads it again.
+            # Inside the mailbox's lock: from here this actor never reads it
+            # again, and an observer hears "passivated" before any wake-up's
+            # "reactivated".
             self.actor_stopped.set()
             owner.actor_parked(self, parked)
+            self._announce(state, "passivated", "idle")
 
         if not self._mailbox.park(parked, commit):
             return
@@ -398,7 +401,6 @@ class SessionActor(pykka.ThreadingActor):
         for outbox in self._outboxes.values():
             outbox.retire("parked")
         self._outboxes.clear()
-        self._announce(state, "passivated", "idle")
 
     # -- endings ------------------------------------------------------------------
 

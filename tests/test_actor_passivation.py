@@ -171,6 +171,13 @@ def test_at_most_one_live_actor_per_session_through_many_cycles() -> None:
         watcher.result()
         assert seen
         assert max(seen) == 1
+        # The observer hears each parking before the wake-up that ends it.
+        for _ in range(int(WAIT / 0.01)):
+            if events.kinds("s").count("reactivated") == 10:
+                break
+            stop.wait(0.01)
+        cycle = [k for k in events.kinds("s") if k in ("passivated", "reactivated")]
+        assert cycle == ["passivated", "reactivated"] * 10
 
 
 def test_a_passivation_aborts_if_a_message_arrived_meanwhile() -> None:
