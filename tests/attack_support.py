@@ -14,6 +14,7 @@ non-UTF-8 frames, an abrupt reset) and wsproto to read the answers.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import resource
@@ -24,7 +25,7 @@ import struct
 import subprocess
 import sys
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -75,7 +76,7 @@ def _xor(payload: bytes, mask: bytes) -> bytes:
     return bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
 
 
-def json_frame(frame: Frame) -> bytes:
+def json_frame(frame: Mapping[str, object]) -> bytes:
     return masked_frame(TEXT, json.dumps(frame).encode())
 
 
@@ -111,7 +112,7 @@ class RawClient:
                 data = b""
             if not data:
                 return None
-            self.ws.receive_data(data)
+            self.ws.receive_data(bytes(data))
             self._events.extend(self.ws.events())
         return self._events.popleft()
 
@@ -265,10 +266,12 @@ async def server_process(
         command += ["--tls-cert", tls[0], "--tls-key", tls[1]]
     env = {k: v for k, v in os.environ.items() if k != SECRET_ENV}
     env["PYTHONUNBUFFERED"] = "1"
-    options: dict[str, object] = {}
+    preexec: Callable[[], None] | None = None
     if nofile is not None:
-        options["preexec_fn"] = lambda: _lower_descriptor_limit(nofile)
-    process = await trio.lowlevel.open_process(command, stderr=subprocess.PIPE, env=env, **options)
+        preexec = functools.partial(_lower_descriptor_limit, nofile)
+    process = await trio.lowlevel.open_process(
+        command, stderr=subprocess.PIPE, env=env, preexec_fn=preexec
+    )
     assert process.stderr is not None
     server: ServerProcess | None = None
     try:
