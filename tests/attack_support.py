@@ -213,6 +213,21 @@ class ServerProcess:
         assert isinstance(created, dict), created
         return client, created
 
+    async def resume(
+        self, session_id: str, token: str, last_seq: int
+    ) -> tuple[RawClient, Frame | CloseConnection | None]:
+        """The upgrade and ``session.resume`` in one write; the first answer."""
+        client = await self.client()
+        frame = {
+            "type": "session.resume",
+            "session_id": session_id,
+            "resume_token": token,
+            "last_received_server_event_seq": last_seq,
+        }
+        await client.send(self.request(client) + json_frame(frame))
+        await client.accepted()
+        return client, await client.frame()
+
     async def serves(self) -> None:
         """Still up: a new session opens and answers an input."""
         assert self.alive, self.log.decode(errors="replace")

@@ -99,16 +99,17 @@ class AddressCounter:
 
 @dataclass(slots=True)
 class InputRate:
-    """A token bucket: ``per_second`` inputs a second, bursts up to the same."""
+    """A token bucket: ``per_second`` inputs a second, in bursts of as many (at least one)."""
 
     per_second: float
     _tokens: float = -1.0
     _at: float = 0.0
 
     def allow(self, now: float) -> bool:
+        burst = max(1.0, self.per_second)
         if self._tokens < 0:
-            self._tokens, self._at = self.per_second, now
-        self._tokens = min(self.per_second, self._tokens + (now - self._at) * self.per_second)
+            self._tokens, self._at = burst, now
+        self._tokens = min(burst, self._tokens + (now - self._at) * self.per_second)
         self._at = now
         if self._tokens < 1:
             return False

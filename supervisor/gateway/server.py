@@ -225,6 +225,15 @@ class Gateway:
             if self.engine is not None:
                 self.engine.stop(event.session_id)
             self._release_session(event.session_id)
+        elif event.kind in ("send_timeout", "send_failed"):
+            # The attachment is given up, never the session: the engine goes
+            # on journaling, and a resume replays what the client missed.
+            self._log(
+                logging.INFO,
+                event.kind,
+                "gave up a client's connection (%s); its session waits for a resume",
+                event.kind,
+            )
 
     def _release_session(self, session_id: str) -> None:
         owner = self._session_owner.pop(session_id, None)
