@@ -22,6 +22,7 @@ import contextlib
 import hashlib
 import os
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import NoReturn
 
 import h11
@@ -153,6 +154,7 @@ async def reject(stream: trio.abc.Stream, http: h11.Connection, status: int) -> 
         data = http.send(
             h11.Response(
                 status_code=status,
+                reason=HTTPStatus(status).phrase.encode(),
                 headers=[(b"Content-Length", b"0"), (b"Connection", b"close"), *extra],
             )
         )
