@@ -110,7 +110,7 @@ async def test_open_glued_to_the_upgrade_is_answered_at_once() -> None:
                 )
                 await other.send(server.request(other) + glued)
                 await other.accepted()
-                frames = []
+                frames: list[dict[str, object]] = []
                 while not frames or frames[-1].get("type") != "response.done":
                     frame = await other.frame()
                     assert isinstance(frame, dict), frame
