@@ -207,10 +207,14 @@ class ServerProcess:
         frame: Frame = {"type": "session.open"}
         if self.secret is not None:
             frame["secret"] = self.secret
-        await client.send(self.request(client) + json_frame(frame))
-        await client.accepted()
-        created = await client.frame()
-        assert isinstance(created, dict), created
+        try:
+            await client.send(self.request(client) + json_frame(frame))
+            await client.accepted()
+            created = await client.frame()
+            assert isinstance(created, dict), created
+        except BaseException:
+            await client.aclose()
+            raise
         return client, created
 
     async def resume(
@@ -224,9 +228,13 @@ class ServerProcess:
             "resume_token": token,
             "last_received_server_event_seq": last_seq,
         }
-        await client.send(self.request(client) + json_frame(frame))
-        await client.accepted()
-        return client, await client.frame()
+        try:
+            await client.send(self.request(client) + json_frame(frame))
+            await client.accepted()
+            return client, await client.frame()
+        except BaseException:
+            await client.aclose()
+            raise
 
     async def serves(self) -> None:
         """Still up: a new session opens and answers an input."""

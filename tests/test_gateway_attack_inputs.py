@@ -147,10 +147,14 @@ async def _slow_client(server: ServerProcess) -> tuple[RawClient, Frame]:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     await sock.connect((server.host, server.port))
     client = RawClient(trio.SocketStream(sock), server.host)
-    await client.send(server.request(client) + json_frame({"type": "session.open"}))
-    await client.accepted()
-    created = await client.frame()
-    assert isinstance(created, dict) and created["type"] == "session.created", created
+    try:
+        await client.send(server.request(client) + json_frame({"type": "session.open"}))
+        await client.accepted()
+        created = await client.frame()
+        assert isinstance(created, dict) and created["type"] == "session.created", created
+    except BaseException:
+        await client.aclose()
+        raise
     return client, created
 
 
