@@ -25,28 +25,21 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hmac
 import json
 import logging
-import secrets
 import ssl
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 
 import trio
 
-from actors.credential import ResumeToken
-from actors.errors import (
-    InvalidResumeTokenError,
-    InvalidSequenceError,
-    JournalGapError,
-    SessionCrashedError,
-    SessionError,
-)
+from actors.errors import InvalidSequenceError, SessionCrashedError, SessionError
 from actors.messages import LifecycleEvent
 from supervisor.async_door import AsyncSessionRegistry
 from supervisor.faults import FaultPlan
+from supervisor.gateway.admission import Admission, Close, Send
+from supervisor.gateway.config import GatewayConfig, GatewayCounters
 from supervisor.gateway.engine import DemoEngine, EngineConfig
-from supervisor.gateway.limits import AddressCounter, FailureThrottle, InputRate, LogLimiter
+from supervisor.gateway.limits import AddressCounter, InputRate, LogLimiter
 from supervisor.gateway.listener import REFUSALS, accept_forever, refuse_raw
 from supervisor.gateway.protocol import (
     CLOSE_CODES,
@@ -79,105 +72,6 @@ logger = logging.getLogger("duplex_supervisor.supervisor")
 GOING_AWAY = 1001
 INTERNAL_ERROR = 1011
 
-_POSITIVE = (
-    "handshake_timeout_s",
-    "ping_interval_s",
-    "idle_timeout_s",
-    "close_timeout_s",
-    "max_sessions",
-    "max_sessions_per_address",
-    "max_connections",
-    "max_connections_per_address",
-    "max_inputs_in_flight",
-    "max_inputs_per_second",
-    "resume_failures_allowed",
-    "resume_failure_window_s",
-    "secret_failures_allowed",
-    "secret_failure_window_s",
-    "throttle_max_addresses",
-    "log_interval_s",
-)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GatewayConfig:
-    """Everything ``duplex-supervisor serve`` takes as flags."""
-
-    host: str = "127.0.0.1"
-    port: int = 8765
-    path: str = "/v1"
-    max_frame_bytes: int = 65_536
-    handshake_timeout_s: float = 5.0
-    ping_interval_s: float = 10.0
-    idle_timeout_s: float = 30.0
-    max_sessions: int = 10_000
-    max_sessions_per_address: int = 256
-    max_connections: int = 10_000
-    max_connections_per_address: int = 256
-    max_inputs_in_flight: int = 8
-    max_inputs_per_second: float = 20.0
-    disconnect_grace_s: float | None = 60.0
-    replay_ttl_s: float = 120.0
-    replay_max_bytes_per_session: int = 4 << 20
-    send_timeout_s: float = 10.0
-    shared_secret: str | None = field(default=None, repr=False)
-    allowed_origins: tuple[str, ...] = ()
-    tls_cert: str | None = None
-    tls_key: str | None = None
-    close_timeout_s: float = 5.0
-    resume_failures_allowed: int = 5
-    resume_failure_window_s: float = 60.0
-    secret_failures_allowed: int = 5
-    secret_failure_window_s: float = 60.0
-    throttle_max_addresses: int = 10_000
-    log_interval_s: float = 10.0
-
-    def __post_init__(self) -> None:
-        if not self.path.startswith("/"):
-            raise ValueError("path must start with '/'")
-        if self.max_frame_bytes < 256:
-            raise ValueError("max_frame_bytes must be at least 256")
-        if (self.tls_cert is None) != (self.tls_key is None):
-            raise ValueError("TLS needs both a certificate and a key")
-        for name in _POSITIVE:
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be positive")
-
-
-@dataclass(slots=True)
-class GatewayCounters:
-    connections: int = 0
-    sessions_opened: int = 0
-    resumes: int = 0
-    replaced: int = 0
-    #: Resumes rolled back because the connection ended before the client spoke.
-    unconfirmed_resumes: int = 0
-    errors: dict[str, int] = field(default_factory=dict)
-    #: Connections refused before the upgrade, by the cap they hit
-    #: (``total``, ``address``); ``descriptors``: shed for want of descriptors.
-    refused: dict[str, int] = field(default_factory=dict)
-
-
-@dataclass(slots=True)
-class _Activation:
-    """The ``session.resumed`` frame; a ReplayCountingFactory."""
-
-    session_id: str
-
-    def __call__(self, token: ResumeToken, generation: int) -> dict[str, object]:
-        return self.activation_payload(token, generation, -1)
-
-    def activation_payload(
-        self, token: ResumeToken, generation: int, replayed: int
-    ) -> dict[str, object]:
-        return {
-            "type": "session.resumed",
-            "session_id": self.session_id,
-            "resume_token": token.plaintext,
-            "attachment_generation": generation,
-            "replayed": replayed,
-        }
-
 
 class Gateway:
     """Serves one registry and engine; see :func:`serve_gateway`."""
@@ -190,23 +84,10 @@ class Gateway:
         self.port = config.port
         self.log = LogLimiter(logger, config.log_interval_s)
         self._ssl = _ssl_context(config)
-        self._throttle = FailureThrottle(
-            config.resume_failures_allowed,
-            config.resume_failure_window_s,
-            config.throttle_max_addresses,
-        )
-        self._secret_throttle = FailureThrottle(
-            config.secret_failures_allowed,
-            config.secret_failure_window_s,
-            config.throttle_max_addresses,
-        )
+        self.admission = Admission(config, registry, self.counters)
         self.connections = AddressCounter(
             config.max_connections, config.max_connections_per_address
         )
-        # Counted from before the awaited create (a reservation) to the
-        # session's end, so concurrent opens cannot pass the caps.
-        self.sessions = AddressCounter(config.max_sessions, config.max_sessions_per_address)
-        self._session_owner: dict[str, str] = {}
         self._live: dict[str, ServerWebSocket] = {}
         self._sockets: set[ServerWebSocket] = set()
 
@@ -217,14 +98,14 @@ class Gateway:
 
     def throttled_addresses(self) -> int:
         """Addresses the failure throttles hold now (bounded and expiring)."""
-        return len(self._throttle) + len(self._secret_throttle)
+        return self.admission.throttled_addresses()
 
     def observe(self, event: LifecycleEvent) -> None:
         """Registry observer: a session that ended stops producing and frees its place."""
         if event.kind in ("closed", "expired", "failed"):
             if self.engine is not None:
                 self.engine.stop(event.session_id)
-            self._release_session(event.session_id)
+            self.admission.release(event.session_id)
         elif event.kind in ("send_timeout", "send_failed"):
             # The attachment is given up, never the session: the engine goes
             # on journaling, and a resume replays what the client missed.
@@ -234,11 +115,6 @@ class Gateway:
                 "gave up a client's connection (%s); its session waits for a resume",
                 event.kind,
             )
-
-    def _release_session(self, session_id: str) -> None:
-        owner = self._session_owner.pop(session_id, None)
-        if owner is not None:
-            self.sessions.release(owner)
 
     def on_overflow(self, session_id: str) -> None:
         ws = self._live.get(session_id)
@@ -341,9 +217,14 @@ class Gateway:
         try:
             frame = self._parse(first)
             if isinstance(frame, OpenSession):
-                session_id, generation = await self._open(ws, peer, frame)
+                assert self.engine is not None  # noqa: S101 - set before serving
+                send, close = self._transport(ws)
+                session_id, generation = await self.admission.open(
+                    send, close, peer, frame, self.engine
+                )
             elif isinstance(frame, ResumeSession):
-                session_id, generation = await self._resume(ws, peer, frame)
+                send, close = self._transport(ws)
+                session_id, generation = await self.admission.resume(send, close, peer, frame)
             else:
                 raise ProtocolError("bad_request", "first frame must be session.open or resume")
         except ProtocolError as error:
@@ -388,8 +269,8 @@ class Gateway:
             raise ProtocolError("bad_request", f"frame over {limit} bytes")
         return parse_client_frame(message)
 
-    def _transport(self, ws: ServerWebSocket) -> tuple[object, object]:
-        async def send(frame: dict[str, object]) -> None:
+    def _transport(self, ws: ServerWebSocket) -> tuple[Send, Close]:
+        async def send(frame: Mapping[str, object]) -> None:
             await ws.send_message(json.dumps(frame, separators=(",", ":"), ensure_ascii=False))
 
         async def close(reason: str) -> None:
@@ -397,108 +278,6 @@ class Gateway:
             await ws.aclose(code, reason)
 
         return send, close
-
-    async def _open(self, ws: ServerWebSocket, peer: str, frame: OpenSession) -> tuple[str, int]:
-        expected = self.config.shared_secret
-        if expected is not None:
-            now = trio.current_time()
-            if self._secret_throttle.blocked(peer, now):
-                raise ProtocolError("secret_throttled", "too many wrong secrets from this address")
-            if not (
-                frame.secret is not None
-                and hmac.compare_digest(frame.secret.encode(), expected.encode())
-            ):
-                self._secret_throttle.failed(peer, now)
-                raise ProtocolError("unauthorized", "session.open needs the gateway's secret")
-        refusal = self.sessions.refusal(peer)
-        if refusal == "total":
-            raise ProtocolError("overloaded", "the gateway holds its maximum of sessions")
-        if refusal == "address":
-            raise ProtocolError("too_many_sessions", "this address holds its maximum of sessions")
-        assert self.engine is not None  # noqa: S101 - serve_gateway sets it before serving
-        session_id = "sess_" + secrets.token_urlsafe(12)
-        # Reserved before the awaited create: concurrent opens see it.
-        self.sessions.take(peer)
-        self._session_owner[session_id] = peer
-        send, close = self._transport(ws)
-        try:
-            created = await self.registry.create(session_id, send=send, close=close)  # type: ignore[arg-type]
-        except BaseException:
-            self._release_session(session_id)
-            raise
-        created_frame = {
-            "type": "session.created",
-            "session_id": session_id,
-            "resume_token": created.resume_token.plaintext,
-            "attachment_generation": created.attachment_generation,
-        }
-        try:
-            await self.registry.send_event(session_id, created_frame, journal=False)
-        except BaseException:
-            # The token never reached anyone: nobody could resume this session.
-            with trio.CancelScope(shield=True), contextlib.suppress(Exception):
-                await self.registry.close(session_id)
-            self._release_session(session_id)
-            raise
-        self.engine.start(session_id)
-        self.counters.sessions_opened += 1
-        return session_id, created.attachment_generation
-
-    async def _resume(
-        self, ws: ServerWebSocket, peer: str, frame: ResumeSession
-    ) -> tuple[str, int]:
-        if self._throttle.blocked(peer, trio.current_time()):
-            raise ProtocolError("resume_throttled", "too many failed resumes from this address")
-        session_id = frame.session_id
-        try:
-            await self.registry.authenticate_resume(
-                session_id,
-                resume_token=frame.resume_token,
-                last_received_server_event_seq=frame.last_received_server_event_seq,
-            )
-        except InvalidResumeTokenError:
-            self._throttle.failed(peer, trio.current_time())
-            raise ProtocolError("invalid_resume_token", "the resume token is not valid") from None
-        except KeyError:
-            self._throttle.failed(peer, trio.current_time())
-            raise ProtocolError("unknown_session", "no such session") from None
-        except JournalGapError as gap:
-            raise ProtocolError(
-                "journal_gap",
-                "events after that sequence are gone",
-                requested=gap.requested,
-                first_retained=gap.first_retained,
-                head=gap.head,
-                reason=gap.reason,
-            ) from None
-        except InvalidSequenceError as exc:
-            raise ProtocolError("bad_request", str(exc)) from None
-        send, close = self._transport(ws)
-        await self.registry.begin_resume(session_id)
-        try:
-            result = await self.registry.resume(
-                session_id,
-                resume_token=frame.resume_token,
-                last_received_server_event_seq=frame.last_received_server_event_seq,
-                send=send,  # type: ignore[arg-type]
-                close=close,  # type: ignore[arg-type]
-                activation_payload_factory=_Activation(session_id),
-            )
-        except InvalidResumeTokenError:
-            # Lost a race with another resume of the same token.
-            self._throttle.failed(peer, trio.current_time())
-            raise ProtocolError("invalid_resume_token", "the resume token is not valid") from None
-        except (KeyError, SessionError) as exc:
-            raise ProtocolError("session_failed", type(exc).__name__) from None
-        finally:
-            with trio.CancelScope(shield=True):
-                await self.registry.end_resume(session_id)
-        self.counters.resumes += 1
-        if result.replaced_attachment is not None:
-            self.counters.replaced += 1
-            with trio.move_on_after(2):
-                await result.replaced_attachment.close("replaced")
-        return session_id, result.attachment_generation
 
     async def _converse(self, ws: ServerWebSocket, session_id: str, heard: list[bool]) -> None:
         rate = InputRate(self.config.max_inputs_per_second)
