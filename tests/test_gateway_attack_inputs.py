@@ -11,7 +11,9 @@ stream and the answers go on.
 
 from __future__ import annotations
 
+import contextlib
 import socket
+from collections.abc import AsyncIterator
 
 import trio
 
@@ -61,84 +63,75 @@ class Replies:
         return got
 
 
+@contextlib.asynccontextmanager
+async def _session(*flags: str) -> AsyncIterator[tuple[ServerProcess, RawClient, Replies]]:
+    """A server process and one session on it, closed on the way out."""
+    async with server_process(*flags) as server:
+        client, _ = await server.open_session()
+        try:
+            yield server, client, Replies(client)
+        finally:
+            await client.aclose()
+
+
 async def test_inputs_past_the_rate_are_refused_and_named() -> None:
     flags = [*QUIET, "--max-inputs-per-second", "0.01"]
     with trio.fail_after(LIMIT):
-        async with server_process(*flags) as server:
-            client, _ = await server.open_session()
-            replies = Replies(client)
-            try:
-                ids = [f"x{n}" for n in range(30)]
-                await client.send(b"".join(map(_input, ids)))
-                got = await replies(ids)
-                # A burst of one, then one every 100 s: the first only.
-                assert got == {"x0": ["response.done"]} | {
-                    cid: ["rate_limited"] for cid in ids[1:]
-                }, got
-                await server.serves()  # another connection has its own rate
-            finally:
-                await client.aclose()
+        async with _session(*flags) as (server, client, replies):
+            ids = [f"x{n}" for n in range(30)]
+            await client.send(b"".join(map(_input, ids)))
+            got = await replies(ids)
+            # A burst of one, then one every 100 s: the first only.
+            assert got == {"x0": ["response.done"]} | {cid: ["rate_limited"] for cid in ids[1:]}, (
+                got
+            )
+            await server.serves()  # another connection has its own rate
 
 
 async def test_inputs_past_the_in_flight_cap_are_refused_busy() -> None:
     flags = [*QUIET, "--max-inputs-in-flight", "1", "--max-inputs-per-second", "1000"]
     with trio.fail_after(LIMIT):
-        async with server_process(*flags) as server:
-            client, _ = await server.open_session()
-            replies = Replies(client)
-            try:
-                ids = [f"b{n}" for n in range(20)]
-                await client.send(b"".join(map(_input, ids)))
-                got = await replies(ids)
-                assert all(len(replies) == 1 for replies in got.values()), got
-                assert {r[0] for r in got.values()} == {"response.done", "busy"}, got
-                assert got["b0"] == ["response.done"]
-                # A refused input is not remembered: sent again, it is answered.
-                busy = next(cid for cid, r in got.items() if r == ["busy"])
-                await client.send(_input(busy))
-                assert await replies([busy]) == {busy: ["response.done"]}
-            finally:
-                await client.aclose()
+        async with _session(*flags) as (_, client, replies):
+            ids = [f"b{n}" for n in range(20)]
+            await client.send(b"".join(map(_input, ids)))
+            got = await replies(ids)
+            assert all(len(replies) == 1 for replies in got.values()), got
+            assert {r[0] for r in got.values()} == {"response.done", "busy"}, got
+            assert got["b0"] == ["response.done"]
+            # A refused input is not remembered: sent again, it is answered.
+            busy = next(cid for cid, r in got.items() if r == ["busy"])
+            await client.send(_input(busy))
+            assert await replies([busy]) == {busy: ["response.done"]}
 
 
 async def test_dedupe_holds_for_the_session_lifetime_past_4096_ids() -> None:
     flags = [*QUIET, "--max-inputs-per-second", "1e9", "--max-inputs-in-flight", "100000"]
     with trio.fail_after(LIMIT):
-        async with server_process(*flags) as server:
-            client, _ = await server.open_session()
-            replies = Replies(client)
-            try:
-                ids = [f"d{n}" for n in range(4200)]
-                await client.send(b"".join(map(_input, ids)))
-                got = await replies(ids)
-                assert {r[0] for r in got.values()} == {"response.done"}
-                # The 4,201st id later, the first ones are still known.
-                repeats = ["d0", "d1", "d4199"]
-                await client.send(b"".join(map(_input, repeats)))
-                got = await replies(repeats)
-                assert got == {cid: ["input.duplicate"] for cid in repeats}, got
-            finally:
-                await client.aclose()
+        async with _session(*flags) as (_, client, replies):
+            ids = [f"d{n}" for n in range(4200)]
+            await client.send(b"".join(map(_input, ids)))
+            got = await replies(ids)
+            assert {r[0] for r in got.values()} == {"response.done"}
+            # The 4,201st id later, the first ones are still known.
+            repeats = ["d0", "d1", "d4199"]
+            await client.send(b"".join(map(_input, repeats)))
+            got = await replies(repeats)
+            assert got == {cid: ["input.duplicate"] for cid in repeats}, got
 
 
 async def test_past_the_stated_bound_a_new_id_is_refused_never_answered() -> None:
     flags = [*QUIET, "--max-inputs-per-session", "5"]
     with trio.fail_after(LIMIT):
-        async with server_process(*flags) as server:
-            client, _ = await server.open_session()
-            replies = Replies(client)
-            try:
-                ids = [f"k{n}" for n in range(5)]
-                for cid in ids:  # one at a time: under the in-flight cap
-                    await client.send(_input(cid))
-                    assert await replies([cid]) == {cid: ["response.done"]}
-                await client.send(_input("k5"))
-                assert await replies(["k5"]) == {"k5": ["input_limit"]}
-                await client.send(_input("k0") + _input("k5"))
-                got = await replies(["k0", "k5"])
-                assert got == {"k0": ["input.duplicate"], "k5": ["input_limit"]}
-            finally:
-                await client.aclose()
+        async with _session(*flags) as (_, client, replies):
+            ids = [f"k{n}" for n in range(5)]
+            for cid in ids:  # one at a time: under the in-flight cap
+                await client.send(_input(cid))
+                assert await replies([cid]) == {cid: ["response.done"]}
+            await client.send(_input("k5"))
+            assert await replies(["k5"]) == {"k5": ["input_limit"]}
+            await client.send(_input("k0") + _input("k5"))
+            got = await replies(["k0", "k5"])
+            assert got == {"k0": ["input.duplicate"], "k5": ["input_limit"]}
 
 
 async def _slow_client(server: ServerProcess) -> tuple[RawClient, Frame]:

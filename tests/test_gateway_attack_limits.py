@@ -82,10 +82,12 @@ async def _open(server: ServerProcess, address: str) -> tuple[RawClient, Frame |
     return client, {**first, "close_code": closed.code}
 
 
-async def test_max_sessions_is_exact_when_many_open_at_once() -> None:
-    flags = ["--max-sessions", "7", "--event-rate", "0", "--log-interval", "600"]
+async def _open_at_once(
+    server: ServerProcess, addresses: list[str], clients: list[RawClient]
+) -> list[Frame]:
+    """One ``session.open`` from each address, all at once; the first answers,
+    in the order of ``clients`` (each error with its ``close_code``)."""
     answers: list[Frame] = []
-    clients: list[RawClient] = []
 
     async def one(address: str) -> None:
         client, first = await _open(server, address)
@@ -93,12 +95,20 @@ async def test_max_sessions_is_exact_when_many_open_at_once() -> None:
         assert isinstance(first, dict)
         answers.append(first)
 
+    async with trio.open_nursery() as nursery:
+        for address in addresses:
+            nursery.start_soon(one, address)
+    return answers
+
+
+async def test_max_sessions_is_exact_when_many_open_at_once() -> None:
+    flags = ["--max-sessions", "7", "--event-rate", "0", "--log-interval", "600"]
+    clients: list[RawClient] = []
     with trio.fail_after(LIMIT):
         async with server_process(*flags) as server:
             try:
-                async with trio.open_nursery() as nursery:
-                    for n in range(60):
-                        nursery.start_soon(one, f"127.0.0.{2 + n % 20}")
+                addresses = [f"127.0.0.{2 + n % 20}" for n in range(60)]
+                answers = await _open_at_once(server, addresses, clients)
                 created = [a for a in answers if a["type"] == "session.created"]
                 refused = [a for a in answers if a["type"] == "error"]
                 assert len(created) == 7, answers
@@ -121,21 +131,11 @@ async def test_max_sessions_is_exact_when_many_open_at_once() -> None:
 
 async def test_sessions_per_address_are_capped_for_that_address_only() -> None:
     flags = ["--max-sessions-per-address", "3", "--event-rate", "0"]
-    answers: list[Frame] = []
     clients: list[RawClient] = []
-
-    async def one() -> None:
-        client, first = await _open(server, ATTACKER)
-        clients.append(client)
-        assert isinstance(first, dict)
-        answers.append(first)
-
     with trio.fail_after(LIMIT):
         async with server_process(*flags) as server:
             try:
-                async with trio.open_nursery() as nursery:
-                    for _ in range(12):
-                        nursery.start_soon(one)
+                answers = await _open_at_once(server, [ATTACKER] * 12, clients)
                 codes = sorted(str(a.get("code", a["type"])) for a in answers)
                 assert codes == ["session.created"] * 3 + ["too_many_sessions"] * 9, answers
                 assert {a.get("close_code") for a in answers if "code" in a} == {4429}
