@@ -266,7 +266,8 @@ class ServerWebSocket:
                     with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
                         await self._inbox_in.send(message)
             elif isinstance(event, Ping):
-                await self._send_event(event.response())
+                if self._frames.state is ConnectionState.OPEN:  # no pong once closing
+                    await self._send_event(event.response())
             elif isinstance(event, Pong):
                 self._wake_pings(bytes(event.payload))
             elif isinstance(event, CloseConnection):
@@ -361,6 +362,9 @@ class ServerWebSocket:
             with trio.move_on_after(self._close_timeout_s):
                 if self.closed is None and self._frames.state is ConnectionState.OPEN:
                     self.closed = WebSocketClosedError(code, reason)
+                    # Nobody reads messages any more: the reader drops them
+                    # instead of waiting for room, and sees the peer's close.
+                    self._inbox.close()
                     await self._send_event(CloseConnection(code=code, reason=reason))
                     await self._reader_done.wait()
                 elif self.closed is not None and not self._aborted:
