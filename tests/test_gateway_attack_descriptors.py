@@ -121,3 +121,28 @@ async def test_out_of_descriptors_sheds_new_connections_and_serves_the_rest() ->
                 except (AssertionError, trio.BrokenResourceError):
                     await trio.sleep(0.05)
             await neighbour.aclose()
+
+
+async def test_a_trickled_upgrade_is_cut_at_the_handshake_timeout() -> None:
+    with trio.fail_after(LIMIT):
+        async with server_process(*FAST, "--event-rate", "0") as server:
+            baseline = server.descriptors()
+            client = await server.client()
+            try:
+                request = server.request(client)
+                sent = 0
+                # One byte every 50 ms: the request would take seconds; the
+                # server gives the whole upgrade 0.3 s, then drops the socket.
+                with trio.move_on_after(LIMIT / 2):
+                    while sent < len(request):
+                        await client.send(request[sent : sent + 1])
+                        sent += 1
+                        await trio.sleep(0.05)
+                assert sent < len(request)
+            except trio.BrokenResourceError:
+                pass  # cut: what the test is after
+            finally:
+                await client.aclose()
+            while server.descriptors() > baseline:
+                await trio.sleep(0.02)
+            await server.serves()
