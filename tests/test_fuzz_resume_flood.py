@@ -155,7 +155,10 @@ async def _flood(gw: BackgroundGateway, flood: Flood, tally: Tally) -> None:
         await client.cut()
     frames = {
         "rightful": _resume_frame(session_id, token, last),
-        "wrong_token": _resume_frame(session_id, "x" + token[1:], last),
+        # One character changed (a token starting with "x" made this the right one).
+        "wrong_token": _resume_frame(
+            session_id, ("y" if token[0] == "x" else "x") + token[1:], last
+        ),
         "stale_token": _resume_frame(session_id, stale, last),
         "neighbour": _resume_frame(gw.neighbour.session_id, token, 0),
         "unknown": _resume_frame("sess_" + token[:16], token, 0),
