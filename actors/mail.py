@@ -53,6 +53,8 @@ class CrashReport:
 
     session_id: str
     mailbox: SessionMailbox = field(repr=False)
+    #: The incarnation that crashed (one that failed to reactivate has stopped).
+    actor_urn: str
     #: ``handle``: a command's handler; ``reactivate``: bringing a parked session back.
     during: Literal["handle", "reactivate"]
     #: The restored state passed its invariant check (always True for ``reactivate``).

@@ -201,6 +201,7 @@ class SessionActor(pykka.ThreadingActor):
                 CrashReport(
                     session_id=self.session_id,
                     mailbox=self._mailbox,
+                    actor_urn=self.actor_urn,
                     during="reactivate",
                 )
             )
@@ -343,6 +344,7 @@ class SessionActor(pykka.ThreadingActor):
             CrashReport(
                 session_id=self.session_id,
                 mailbox=self._mailbox,
+                actor_urn=self.actor_urn,
                 during="handle",
                 state_sound=sound,
                 retry_crashed=call.internal and not retry,

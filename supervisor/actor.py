@@ -455,7 +455,9 @@ class SessionSystem:
         now = self.clock()
         books = self.books
         if report.during == "reactivate":
+            # That actor has stopped: keep its counts, drop it from the live ones.
             books.reactivation_crashed(report.mailbox)
+            books.retire(report.actor_urn, "reactivate_crashed")
         books.registry_crashes.append(now)
         healthy = self._judge_health(now)
         times = books.crash_times.setdefault(report.session_id, [])

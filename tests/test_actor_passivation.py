@@ -282,6 +282,8 @@ def test_a_crash_while_reactivating_is_retried_and_loses_nothing(failpoint: str)
         assert plan.fired[failpoint] == 1
         stats = reg.stats()
         assert (stats.crashes, stats.reactivated, stats.parked) == (1, 1, 0)
+        # The incarnation that failed to start is not counted as live.
+        assert [a.session_id for a in reg.system.books.live_actors()] == ["s"]
 
 
 def test_a_session_that_cannot_reactivate_is_failed_never_lost() -> None:
