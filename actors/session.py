@@ -131,6 +131,10 @@ class SessionActor(pykka.ThreadingActor):
         self._retry: Call | None = None
         # When the last command other than a tick was handled (passivation's idleness).
         self._last_active = context.clock()
+        #: Since when this session could be parked (None: not now). Written by
+        #: its thread after each command; the supervisor reads it as a hint for
+        #: whom to propose parking to (the actor checks again itself).
+        self.parkable_since: float | None = None
         self.incarnation = 0
         #: The actor's own thread (set by ``start`` before any message).
         self.thread = threading.current_thread()
@@ -208,6 +212,7 @@ class SessionActor(pykka.ThreadingActor):
             return
         self._state = state
         self.counters.bytes_retained = state.journal.retained_bytes
+        self.parkable_since = state.idle_since(self._last_active)
         self._announce(state, "reactivated", "message")
 
     def on_receive(self, message: Any) -> Any:
@@ -257,6 +262,7 @@ class SessionActor(pykka.ThreadingActor):
             self._context.notify(LifecycleEvent(kind="invalid_token", session_id=self.session_id))
         self.counters.attached = state.attachment is not None
         self.counters.bytes_retained = state.journal.retained_bytes
+        self.parkable_since = state.idle_since(self._last_active)
         self._release(transition, call.reply, call.outbox)
         if isinstance(command, Close):
             self._leave(self._closing_reason)

@@ -363,11 +363,14 @@ class SessionSystem:
         message.answer.fail(message.error)
 
     def _forget(self, message: Gone) -> None:
-        mailbox = message.mailbox
+        self._unroute(message.mailbox)
+        self.books.retire(message.actor_urn, message.reason)
+
+    def _unroute(self, mailbox: SessionMailbox) -> None:
+        """A session left: out of the table (unless its id is someone else's now)."""
         if self._routes.get(mailbox.session_id) is mailbox:
             del self._routes[mailbox.session_id]
             self.books.crash_times.pop(mailbox.session_id, None)
-        self.books.retire(message.actor_urn, message.reason)
 
     def _sweep(self, message: Sweep) -> None:
         now = message.now
@@ -386,7 +389,8 @@ class SessionSystem:
         if after_s is not None:
             proposal = Passivate(now=now, after_s=after_s)
             for actor in self.books.live_actors():
-                if not actor.counters.attached:
+                since = actor.parkable_since
+                if since is not None and now - since >= after_s:
                     actor.mailbox.tell_if_live(proposal)
         self._judge_health(now)
 
@@ -396,25 +400,19 @@ class SessionSystem:
             return
         if parked.expired(now, self.config.disconnect_grace_s):
             if mailbox.close_if_parked():
-                if self._routes.get(mailbox.session_id) is mailbox:
-                    del self._routes[mailbox.session_id]
+                # What a live session's expiry tells: "expired", then "closed".
+                self._unroute(mailbox)
                 self.books.parked_left(parked, reason="expired")
-                event = LifecycleEvent(
-                    kind="expired",
-                    session_id=parked.session_id,
-                    attachment_generation=parked.attachment_generation,
-                    lease_generation=parked.lease_generation,
-                    reason="disconnect_grace",
-                )
-                self.notify(event)
-                self.notify(
-                    LifecycleEvent(
-                        kind="closed",
-                        session_id=parked.session_id,
-                        attachment_generation=parked.attachment_generation,
-                        lease_generation=parked.lease_generation,
+                for kind, reason in (("expired", "disconnect_grace"), ("closed", None)):
+                    self.notify(
+                        LifecycleEvent(
+                            kind=kind,  # type: ignore[arg-type]
+                            session_id=parked.session_id,
+                            attachment_generation=parked.attachment_generation,
+                            lease_generation=parked.lease_generation,
+                            reason=reason,
+                        )
                     )
-                )
             return
         pruned = parked.pruned(now, self.config.replay_ttl_s)
         if pruned is not parked and mailbox.replace_parked(pruned):
@@ -495,8 +493,7 @@ class SessionSystem:
         if parked is None:
             return
         self.books.parked_left(parked, reason="failed")
-        if self._routes.get(mailbox.session_id) is mailbox:
-            del self._routes[mailbox.session_id]
+        self._unroute(mailbox)
         self.notify(
             LifecycleEvent(kind="failed", session_id=mailbox.session_id, reason="session_failed")
         )
