@@ -198,9 +198,9 @@ class SessionActor(pykka.ThreadingActor):
                 "session %s crashed reactivating (%s)", self.session_id, type(exc).__name__
             )
             self.counters.crashes += 1
-            self._mailbox.give_back(parked)
             self._gone = True
-            self._stop_quietly()
+            self._stop_quietly()  # before the data is back: never two readers
+            self._mailbox.give_back(parked)
             context.owner.session_crashed(
                 CrashReport(
                     session_id=self.session_id,
