@@ -124,8 +124,9 @@ class SessionActor(pykka.ThreadingActor):
         # deliver to; the current attachment's outbox is always here.
         self._outboxes: dict[int, Outbox] = {1: opening.outbox} if opening else {}
         self._stash: ResumeStash[Call] = ResumeStash()
-        # Non-empty only while suspended: messages held for the supervisor's decision.
-        self._held: deque[Mail] = deque()
+        # Messages held for the supervisor's decision while suspended (made on
+        # the first crash: most sessions never need its ~600 bytes).
+        self._held: deque[Mail] | None = None
         self._suspended = False
         # An internal command that crashed once: run again first on Restart.
         self._retry: Call | None = None
@@ -225,6 +226,8 @@ class SessionActor(pykka.ThreadingActor):
         elif isinstance(message, FailSession):
             self._fail(message.reason)
         elif self._suspended:
+            if self._held is None:
+                self._held = deque()
             self._held.append(message)
         elif isinstance(message, Call):
             self._on_call(message)
@@ -459,8 +462,9 @@ class SessionActor(pykka.ThreadingActor):
             held.append(self._retry)
             self._retry = None
         held += self._stash.drain()
-        held += self._held
-        self._held.clear()
+        if self._held:
+            held += self._held
+            self._held.clear()
         held += self._mailbox.close()
         for mail in held:
             if isinstance(mail, Call):
