@@ -6,12 +6,14 @@ import contextlib
 import gc
 import threading
 import time
+import tracemalloc
 from typing import Any
 
 import trio
 
 from actors.credential import ResumeToken
 from actors.errors import SessionCrashedError
+from actors.journal import EventJournal
 from actors.messages import ResumeResult
 from benchmarks.common import BIG, Result, Size, noop_close, noop_send, pct, registry
 from benchmarks.references import LockRegistry
@@ -255,9 +257,25 @@ async def many_sessions_parked(size: Size) -> list[Result]:
                 "threads_after": float(threads_after),
                 "reactivate_p50_ms": pct(wake, 0.5) * 1e3,
                 "reactivate_1000_events_p50_ms": pct(big, 0.5) * 1e3,
+                "journal_bytes_per_retained_event": journal_bytes_per_event(),
             },
         )
     ]
+
+
+def journal_bytes_per_event(events: int = 10_000) -> float:
+    """Python heap bytes one retained text-delta event holds (tracemalloc)."""
+    journal = EventJournal(max_bytes=BIG, ttl_s=600.0, clock=lambda: 0.0, strict=True)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(events):
+            journal.record({"type": "text.delta", "text": "hello, world", "i": i})
+        gc.collect()
+        return (tracemalloc.get_traced_memory()[0] - before) / events
+    finally:
+        tracemalloc.stop()
 
 
 async def _create_detached(door: Any, session_id: str) -> None:
