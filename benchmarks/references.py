@@ -85,10 +85,12 @@ class LockRegistry:
             session = self._sessions[session_id]
         async with session.lock:
             async with self._lock:
-                entry = session.journal.record(payload)
+                # As the actors do: the live frame is the sequenced payload the
+                # journal hands back, not one decoded from the entry.
+                entry, frame = session.journal.record_framed(payload)
                 send = session.send
             if send is not None:
-                await send(dict(entry.payload))
+                await send(dict(frame))
             return entry
 
     async def acknowledge(self, session_id: str, sequence: int) -> int:
@@ -109,5 +111,5 @@ class LockRegistry:
                 session.send = send
             await send({"type": "session.resumed"})
             for entry in replay:
-                await send(dict(entry.payload))
+                await send(entry.fresh_payload())
             return token, replay
