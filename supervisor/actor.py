@@ -83,6 +83,9 @@ logger = logging.getLogger("duplex_supervisor.supervisor")
 #: A detached, idle session is parked after this long (``None``: never).
 DEFAULT_PASSIVATE_AFTER_S: float | None = 30.0
 
+#: A parked session that could not get a thread is woken again this much later.
+START_RETRY_S = 0.5
+
 
 class SupervisorActor(pykka.ThreadingActor):
     """Runs the supervisor's decisions for one registry; dies on a crash (see module)."""
@@ -340,7 +343,15 @@ class SessionSystem:
             return
         mailbox = SessionMailbox(message.session_id, self)
         self._routes[message.session_id] = mailbox
-        SessionActor.start(mailbox=mailbox, context=self._context, opening=message.opening)
+        try:
+            SessionActor.start(mailbox=mailbox, context=self._context, opening=message.opening)
+        except Exception as exc:  # no thread to be had (the kernel's limit): no session
+            logger.error("could not start session %s: %r", message.session_id, exc)
+            self._unroute(mailbox)
+            mailbox.close()
+            error = SessionCrashedError(f"could not start session {message.session_id}")
+            error.__cause__ = exc
+            message.reply.fail(error)
 
     def _route_close(self, message: Closing) -> None:
         # Out of the table at once, so a create of the same id right after
@@ -445,7 +456,13 @@ class SessionSystem:
         if self._closed:
             self._answer_closed(mailbox)
             return
-        SessionActor.start(mailbox=mailbox, context=self._context, parked=parked)
+        try:
+            SessionActor.start(mailbox=mailbox, context=self._context, parked=parked)
+        except Exception as exc:  # no thread to be had: stay parked, try again soon
+            logger.error("could not wake session %s: %r", mailbox.session_id, exc)
+            mailbox.give_back(parked)
+            self.books.reactivation_crashed(mailbox)
+            self.timers.schedule(self.clock() + START_RETRY_S, Wake(mailbox=mailbox))
 
     def _decide(self, message: Crashed) -> None:
         """Apply the restart policy to one crash (OTP's intensity, then escalation)."""

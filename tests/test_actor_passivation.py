@@ -6,7 +6,9 @@ import threading
 
 import pytest
 
-from actors.errors import JournalGapError, SessionFailedError
+from actors.errors import JournalGapError, SessionCrashedError, SessionFailedError
+from actors.session import SessionActor
+from supervisor.actor import START_RETRY_S
 from supervisor.faults import FaultPlan
 from supervisor.policy import RestartPolicy
 from supervisor.threads import ThreadSessionRegistry
@@ -316,3 +318,41 @@ def test_shutdown_answers_messages_queued_for_a_parked_session() -> None:
         _park(reg, clock, events, "s")
     # The registry shut down with the session parked: nothing hangs, no thread is left.
     assert _threads("s") == []
+
+
+def test_no_thread_to_be_had_fails_a_create_and_delays_a_wake_never_loses_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock, events = FakeClock(), Events()
+    refusals = [0]
+    start_loop = SessionActor._start_actor_loop
+
+    def out_of_threads(actor: SessionActor) -> None:
+        if refusals[0] > 0:
+            refusals[0] -= 1
+            raise RuntimeError("can't start new thread")
+        start_loop(actor)
+
+    monkeypatch.setattr(SessionActor, "_start_actor_loop", out_of_threads)
+    with registry(clock=clock, observer=events) as reg:
+        refusals[0] = 1
+        with pytest.raises(SessionCrashedError) as info:
+            reg.create("s", send=Wire().send, close=lambda r: None)
+        assert isinstance(info.value.__cause__, RuntimeError)
+        assert reg.session_ids() == []  # not half created: the id is free
+        created = reg.create("s", send=Wire().send, close=lambda r: None)
+        reg.send_event("s", {"n": 1})
+        reg.detach("s")
+        _park(reg, clock, events, "s")
+        refusals[0] = 1
+        woken = Background(
+            lambda: reg.authenticate_resume(
+                "s", resume_token=created.resume_token.plaintext, last_received_server_event_seq=0
+            )
+        )
+        assert not woken.finished_within(0.2)  # still parked, its message queued
+        assert reg.stats().parked == 1
+        clock.now += START_RETRY_S
+        reg.sweep()
+        assert woken.error() is None  # the retry woke it; nothing was lost
+        assert (reg.stats().parked, reg.stats().reactivated) == (0, 1)
