@@ -345,7 +345,7 @@ class SessionSystem:
         self._routes[message.session_id] = mailbox
         try:
             SessionActor.start(mailbox=mailbox, context=self._context, opening=message.opening)
-        except Exception as exc:  # no thread to be had (the kernel's limit): no session
+        except RuntimeError as exc:  # "can't start new thread" (the kernel's limit)
             logger.error("could not start session %s: %r", message.session_id, exc)
             self._unroute(mailbox)
             mailbox.close()
@@ -458,7 +458,7 @@ class SessionSystem:
             return
         try:
             SessionActor.start(mailbox=mailbox, context=self._context, parked=parked)
-        except Exception as exc:  # no thread to be had: stay parked, try again soon
+        except RuntimeError as exc:  # no thread to be had: stay parked, try again soon
             logger.error("could not wake session %s: %r", mailbox.session_id, exc)
             mailbox.give_back(parked)
             self.books.reactivation_crashed(mailbox)
