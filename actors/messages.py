@@ -270,6 +270,7 @@ LifecycleKind = Literal[
     "send_failed",
     "send_timeout",
     "invalid_token",
+    "event_refused",
 ]
 
 

@@ -1,11 +1,12 @@
-"""The async front door's methods, written once for trio and asyncio.
+"""The seed's methods, written once: the async doors, and through them the thread door.
 
 :class:`AsyncSessionRegistry` has every method of the seed's registry, with
 the same names, parameters, results and errors, plus ``send_event_nowait``,
-``send_events``, ``sweep``, ``stats`` and ``session_ids``. A subclass says how
-its loop waits (:class:`LoopReply`), pumps an outbox, shields a wait and
-spells cancellation; :mod:`supervisor.trio_registry` and
-:mod:`supervisor.asyncio_registry` are those subclasses.
+``send_events``, ``abandon_resume``, ``sweep``, ``stats`` and
+``session_ids``. A subclass says how its loop waits (:class:`LoopReply`),
+pumps an outbox, sleeps, shields a wait and spells cancellation; the trio and
+asyncio doors are those subclasses, and the thread door runs the trio one on
+a loop thread of its own. Shutdown is written here once for all three.
 
 Callers never park a thread: a call is a message to the session's actor, and
 the actor answers by scheduling a callback on the caller's loop.
@@ -17,7 +18,12 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from actors.errors import RegistryClosedError, SessionCrashedError
+from actors.errors import (
+    RegistryClosedError,
+    SessionCrashedError,
+    SessionError,
+    UnknownSessionError,
+)
 from actors.journal import JournalEntry
 from actors.messages import (
     AbortResume,
@@ -32,6 +38,7 @@ from actors.messages import (
     EndResume,
     HasAttachment,
     IsCurrentAttachment,
+    LifecycleEvent,
     ReleaseAttachment,
     Resume,
     ResumeResult,
@@ -45,22 +52,17 @@ from actors.messages import (
 from actors.ports import NoWaiter
 from actors.state import check_session_id
 from supervisor.actor import RegistryStats, SessionSystem
+from supervisor.options import RegistryOptions
 from supervisor.outbox import CoalescingPort, OutboxCore
 
-__all__ = ["AsyncSessionRegistry", "LoopReply", "check_timing"]
+__all__ = ["AsyncSessionRegistry", "LoopReply"]
 
 logger = logging.getLogger("duplex_supervisor.supervisor")
 
 #: How long a cancelled resume waits, shielded, to learn whether to roll back.
 _ABORT_WAIT_S = 30.0
-
-
-def check_timing(*, sweep_interval_s: float | None, send_timeout_s: float | None) -> None:
-    """Reject timing options no loop could honour."""
-    if sweep_interval_s is not None and not sweep_interval_s > 0:
-        raise ValueError("sweep_interval_s must be positive (or None: sweep() only)")
-    if send_timeout_s is not None and not send_timeout_s > 0:
-        raise ValueError("send_timeout_s must be positive (or None: no timeout)")
+#: How long shutdown waits for every session to stop, and then for its threads.
+_STOP_WAIT_S = 10.0
 
 
 class LoopReply:
@@ -113,34 +115,53 @@ class LoopReply:
         raise NotImplementedError
 
 
+def report_refused(
+    notify: Callable[[LifecycleEvent], None], session_id: str, error: BaseException
+) -> None:
+    """Log a refused ``send_event_nowait`` event and tell the observer."""
+    reason = type(error).__name__
+    logger.warning("a send_event_nowait to session %s was refused: %s", session_id, reason)
+    notify(LifecycleEvent(kind="event_refused", session_id=session_id, reason=reason))
+
+
 class _CountedNoWaiter(NoWaiter):
     """The reply of ``count`` coalesced ``send_event_nowait`` calls.
 
-    Nobody waits, but their slots are freed and refusals are logged.
+    Nobody waits, but their slots are freed, and every refusal is logged and
+    reaches the observer as an ``event_refused`` event.
     """
 
-    __slots__ = ("_count", "_port", "_release")
+    __slots__ = ("_count", "_notify", "_port", "_release", "_session_id")
 
-    def __init__(self, port: CoalescingPort, release: Callable[[int], None], count: int) -> None:
+    def __init__(
+        self,
+        port: CoalescingPort,
+        release: Callable[[int], None],
+        count: int,
+        *,
+        session_id: str,
+        notify: Callable[[LifecycleEvent], None],
+    ) -> None:
         self._port = port
         self._release = release
         self._count = count
+        self._session_id = session_id
+        self._notify = notify
 
     def resolve(self, value: object) -> None:
         if isinstance(value, tuple):
             refused = [item for item in value if isinstance(item, BaseException)]
             if refused:
-                logger.warning(
-                    "%d of %d send_event_nowait events were refused: %s",
-                    len(refused),
-                    self._count,
-                    type(refused[0]).__name__,
-                )
+                self._refused(len(refused), refused[0])
         self._settle()
 
     def fail(self, error: BaseException) -> None:
-        logger.warning("a send_event_nowait failed: %s", type(error).__name__)
+        self._refused(self._count, error)
         self._settle()
+
+    def _refused(self, count: int, error: BaseException) -> None:
+        for _ in range(count):
+            report_refused(self._notify, self._session_id, error)
 
     def _settle(self) -> None:
         if self._port.on_loop():
@@ -150,24 +171,30 @@ class _CountedNoWaiter(NoWaiter):
 
 
 class AsyncSessionRegistry:
-    """The seed's registry, async; see the module docstring. Use a subclass."""
+    """The seed's registry, async, for one event loop.
 
-    def __init__(
-        self,
-        *,
-        system: SessionSystem,
-        port: CoalescingPort,
-        strict: bool,
-        send_timeout_s: float | None,
-        max_pending_per_session: int,
-    ) -> None:
-        if max_pending_per_session < 1:
-            raise ValueError("max_pending_per_session must be >= 1")
-        self._system = system
+    Do not build one yourself: ``open_session_registry()`` of the trio door
+    (:func:`supervisor.open_session_registry`) or of the asyncio door
+    (:func:`supervisor.open_asyncio_registry`) yields one, bound to the
+    running loop, and shuts it down when its block ends. Every method is a
+    message to the session's actor; a caller waits on its loop, never on a
+    thread.
+
+    Unknown sessions are answered as the seed answered them:
+    :class:`~actors.UnknownSessionError` (a ``KeyError``) from
+    ``send_event``, ``send_event_nowait``, ``send_events``, ``acknowledge``,
+    ``begin_resume``, ``authenticate_resume``, ``resume`` and
+    ``abandon_resume``; ``False`` or ``None`` from the others. After
+    shutdown every call raises :class:`~actors.RegistryClosedError`.
+    """
+
+    def __init__(self, *, options: RegistryOptions, port: CoalescingPort) -> None:
+        self._options = options
+        self._system = options.start_system(port)
         self._port = port
-        self._strict = strict
-        self._send_timeout_s = send_timeout_s
-        self._max_pending = max_pending_per_session
+        self._strict = options.strict
+        self._send_timeout_s = options.send_timeout_s
+        self._max_pending = options.max_pending_per_session
         # Calls in flight per session (touched on the loop only).
         self._pending: dict[str, int] = {}
         # Outboxes whose pumps may still run (for the drain on exit); finished
@@ -222,6 +249,61 @@ class AsyncSessionRegistry:
         """Wait for ``reply`` where no cancellation reaches, up to ``timeout``."""
         raise NotImplementedError
 
+    async def _sleep(self, seconds: float) -> None:
+        raise NotImplementedError
+
+    def _now(self) -> float:
+        """The loop's clock (real time: the drain deadline is not logical time)."""
+        raise NotImplementedError
+
+    async def _in_thread(self, fn: Callable[[], None]) -> None:
+        """Run a blocking ``fn`` on a worker thread, the loop free meanwhile."""
+        raise NotImplementedError
+
+    # -- shutdown, the same for every door ---------------------------------------------
+
+    async def _shut_down(self) -> None:
+        """Drain, then stop every session, then join every thread. Runs once.
+
+        1. No new call is taken (:class:`~actors.RegistryClosedError`).
+        2. Queued ``send_event_nowait`` calls go to their sessions, and for
+           up to ``drain_timeout_s`` calls in flight settle and outboxes send
+           what they hold.
+        3. Every session stops: calls still waiting get
+           ``RegistryClosedError``; outboxes are retired with the reason
+           ``"shutdown"``, their unsent frames dropped (logged with a count).
+           No transport's ``close`` is called: the transports belong to
+           their owners, as in the seed.
+        4. The supervisor and every actor thread are joined.
+
+        Must be called shielded from cancellation (each door does).
+        """
+        if self._closed:
+            return
+        self._closed = True
+        self._flush_all()
+        deadline = self._now() + self._options.drain_timeout_s
+        # A call still in flight (a send_event_nowait whose frame is on its way
+        # from the actor to its outbox) is undrained too, not only queued frames.
+        while not self._drained() and self._now() < deadline:
+            await self._sleep(0.005)
+        if not self._drained():
+            logger.warning(
+                "registry shut down with %d calls in flight and %d outboxes not drained",
+                sum(self._pending.values()),
+                sum(1 for o in self._outboxes if not o.idle),
+            )
+        stopped = self._new_reply()
+        self._system.shutdown(stopped)
+        try:
+            await self._shielded(stopped, _STOP_WAIT_S)
+        except (SessionError, TimeoutError):
+            logger.warning("stopping the sessions did not answer; joining their threads")
+        await self._in_thread(lambda: self._system.join(_STOP_WAIT_S))
+
+    def _drained(self) -> bool:
+        return not self._pending and all(o.idle for o in self._outboxes)
+
     # -- plumbing -------------------------------------------------------------------
 
     def _keep(self, outbox: OutboxCore) -> None:
@@ -232,7 +314,16 @@ class AsyncSessionRegistry:
 
     @property
     def system(self) -> SessionSystem:
+        """The actors behind this registry (for tests and diagnostics)."""
         return self._system
+
+    def submit(self, fn: Callable[[], object]) -> None:
+        """Run ``fn`` soon on the registry's loop; callable from any thread."""
+        self._port.submit(fn)
+
+    def report_refused(self, session_id: str, error: BaseException) -> None:
+        """Log a refused ``send_event_nowait`` and tell the observer."""
+        report_refused(self._system.notify, session_id, error)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -252,7 +343,11 @@ class AsyncSessionRegistry:
             return
         journal, payloads = burst
         reply = _CountedNoWaiter(
-            self._port, lambda count: self._release(session_id, count), len(payloads)
+            self._port,
+            lambda count: self._release(session_id, count),
+            len(payloads),
+            session_id=session_id,
+            notify=self._system.notify,
         )
         command: Command
         if len(payloads) == 1:
@@ -335,15 +430,25 @@ class AsyncSessionRegistry:
     def send_event_nowait(
         self, session_id: str, payload: Mapping[str, object], *, journal: bool = True
     ) -> None:
-        """Queue an event and return at once; failures go to the observer and the log.
+        """Queue an event for ``session_id`` and return at once, without waiting.
 
-        ``KeyError`` for a session the registry does not know; the door's
-        would-block error when the session has ``max_pending_per_session``
-        calls in flight.
+        The calls of one loop tick reach their session as one message; each
+        event is still accepted or refused on its own, and per-session order
+        holds (a later awaited call to the session is sent after them). An
+        event refused later (a bad payload, an overflowing journal, a
+        session closed meanwhile) is logged and reaches the observer as an
+        ``event_refused`` lifecycle event; a failed send of its frame makes
+        the library give up on that transport (``close("send_failed")``).
+
+        Raises:
+            UnknownSessionError: the registry holds no such session.
+            trio.WouldBlock: (trio door; ``asyncio.QueueFull`` on asyncio)
+                the session has ``max_pending_per_session`` calls in flight.
+            RegistryClosedError: the registry is shut down.
         """
         self._check_open()
         if not self._system.knows(session_id):
-            raise KeyError(f"unknown duplex attachment session: {session_id}")
+            raise UnknownSessionError(session_id)
         if self._pending.get(session_id, 0) >= self._max_pending:
             raise self._would_block(session_id)
         self._pending[session_id] = self._pending.get(session_id, 0) + 1

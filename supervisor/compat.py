@@ -118,8 +118,8 @@ class DuplexSessionAttachmentRegistry(AsyncioSessionRegistry):
     def stats(self) -> RegistryStats:
         return super().stats() if self._bound else RegistryStats()
 
-    async def aclose(self, drain_timeout_s: float = 2.0) -> None:
+    async def aclose(self) -> None:
         """Stop the actors now (optional: a finalizer does it otherwise)."""
         if self._bound:
-            await super().aclose(drain_timeout_s)
+            await super().aclose()
         self._closed = True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -143,3 +144,37 @@ def current(world: World, generation: int) -> bool:
 def leases(world: World) -> tuple[int, int | None]:
     """(lease the attached connection serves, lease parked for the next activation)."""
     return world.state.lease_generation, world.state.orphaned_lease_generation
+
+
+class ThreadReply:
+    """A reply a test thread blocks on (for ``system.call`` straight to an actor).
+
+    The first answer wins.
+    """
+
+    __slots__ = ("_error", "_event", "_lock", "_value")
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._value: object = None
+        self._error: BaseException | None = None
+
+    def resolve(self, value: object) -> None:
+        with self._lock:
+            if not self._event.is_set():
+                self._value = value
+                self._event.set()
+
+    def fail(self, error: BaseException) -> None:
+        with self._lock:
+            if not self._event.is_set():
+                self._error = error
+                self._event.set()
+
+    def wait(self, timeout: float | None) -> Any:
+        if not self._event.wait(timeout):
+            raise TimeoutError(f"no answer within {timeout} s")
+        if self._error is not None:
+            raise self._error
+        return self._value

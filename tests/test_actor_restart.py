@@ -16,7 +16,8 @@ from actors.messages import AbortResume
 from actors.state import FAILPOINTS
 from supervisor.faults import FaultPlan, InjectedFaultError
 from supervisor.policy import RestartPolicy
-from supervisor.threads import ThreadReply, ThreadSessionRegistry
+from supervisor.threads import ThreadSessionRegistry
+from tests.helpers import ThreadReply
 from tests.test_actor_support import (
     WAIT,
     Background,

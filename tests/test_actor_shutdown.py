@@ -34,7 +34,7 @@ def test_shutdown_joins_every_thread_and_answers_callers() -> None:
     blocked = Background(lambda: reg.send_event("stuck", {"n": "x"}))
     assert entered.wait(WAIT)
     assert any(name.startswith("duplex-session:") for name in _ours())
-    stopper = Background(lambda: reg.shutdown(timeout=WAIT))
+    stopper = Background(lambda: reg.shutdown())
     with pytest.raises(RegistryClosedError):
         reg.send_event("s0", {"n": 1})
     with pytest.raises(RegistryClosedError):
@@ -56,7 +56,7 @@ def test_shutdown_answers_a_caller_queued_behind_a_busy_session() -> None:
         replay_ttl_s=60, replay_max_bytes_per_session=1 << 20, clock=FakeClock(), timeout=WAIT
     )
     reg.create("s", send=Wire().send, close=lambda r: None)
-    reg.shutdown(timeout=WAIT)
+    reg.shutdown()
     assert _ours() == []
     with pytest.raises(RegistryClosedError):
         reg.send_event("s", {"n": 1})

@@ -160,7 +160,7 @@ def registry(
     try:
         yield reg
     finally:
-        reg.shutdown(timeout=WAIT)
+        reg.shutdown()
 
 
 def activation(token: object, generation: int) -> dict[str, object]:

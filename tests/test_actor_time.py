@@ -6,7 +6,7 @@ import pytest
 
 from actors.errors import JournalGapError
 from actors.messages import Acknowledge, HasAttachment, IsCurrentAttachment, ReleaseAttachment
-from supervisor.threads import ThreadReply
+from tests.helpers import ThreadReply
 from tests.test_actor_support import (
     WAIT,
     Background,

@@ -18,7 +18,8 @@ from actors.errors import SessionCrashedError
 from supervisor.actor import SessionSystem, SupervisorActor
 from supervisor.faults import FaultPlan
 from supervisor.policy import RestartPolicy
-from supervisor.threads import ThreadReply, ThreadSessionRegistry
+from supervisor.threads import ThreadSessionRegistry
+from tests.helpers import ThreadReply
 from tests.model_support import LIMIT, MAX_BYTES, START, TTL, DoorCall, Observer, Wire
 from tests.test_model_machine import RegistryMachine
 
@@ -68,7 +69,7 @@ class ThreadDoor:
         return self._registry.session_ids()
 
     def shutdown(self) -> None:
-        self._registry.shutdown(timeout=LIMIT)
+        self._registry.shutdown()
 
 
 class ThreadMachine(RegistryMachine):
@@ -117,4 +118,4 @@ def test_a_call_that_reaches_a_dying_supervisor_is_handed_over_not_lost(
         assert late.wait(5.0) is None, "the late call was never answered"
         assert registry.close("nobody") is None  # and the successor routes
     finally:
-        registry.shutdown(timeout=LIMIT)
+        registry.shutdown()
