@@ -25,15 +25,13 @@ import trio
 from actors.errors import RegistryClosedError, SessionError, UnknownSessionError
 from actors.messages import (
     ActivationPayloadFactory,
-    CloseCallable,
     ResumeResult,
-    SendCallable,
     SessionCreated,
 )
 from supervisor.actor import RegistryStats, SessionSystem
 from supervisor.async_door import AsyncSessionRegistry
 from supervisor.options import RegistryOptions
-from supervisor.outbox import OutboxCore
+from supervisor.outbox import BlockingTrioOutbox, TrioOutbox
 from supervisor.trio_registry import TrioSessionRegistry, serve_registry
 
 __all__ = ["BlockingClose", "BlockingSend", "ThreadSessionRegistry"]
@@ -68,24 +66,8 @@ class _HostedTrioRegistry(TrioSessionRegistry):
         except (SessionError, trio.WouldBlock) as exc:
             self.report_refused(session_id, exc)
 
-    def _start_outbox(
-        self, session_id: str, send: SendCallable, close: CloseCallable
-    ) -> OutboxCore:
-        blocking_send: Any = send
-        blocking_close: Any = close
-        limiter = self._limiter
-
-        async def send_in_thread(frame: dict[str, object]) -> None:
-            await trio.to_thread.run_sync(
-                blocking_send, frame, abandon_on_cancel=True, limiter=limiter
-            )
-
-        async def close_in_thread(reason: str) -> None:
-            await trio.to_thread.run_sync(
-                blocking_close, reason, abandon_on_cancel=True, limiter=limiter
-            )
-
-        return super()._start_outbox(session_id, send_in_thread, close_in_thread)
+    def _new_outbox(self, **kwargs: Any) -> TrioOutbox:
+        return BlockingTrioOutbox(limiter=self._limiter, **kwargs)
 
 
 def _blocking(

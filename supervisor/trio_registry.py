@@ -73,10 +73,13 @@ class TrioSessionRegistry(AsyncSessionRegistry):
     def _new_reply(self, on_settled: Callable[[], None] | None = None) -> LoopReply:
         return TrioReply(self._port, on_settled)
 
+    def _new_outbox(self, **kwargs: Any) -> TrioOutbox:
+        return TrioOutbox(**kwargs)
+
     def _start_outbox(
         self, session_id: str, send: SendCallable, close: CloseCallable
     ) -> OutboxCore:
-        outbox = TrioOutbox(
+        outbox = self._new_outbox(
             session_id=session_id,
             send=send,
             close=close,

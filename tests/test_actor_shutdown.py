@@ -34,7 +34,7 @@ def test_shutdown_joins_every_thread_and_answers_callers() -> None:
     blocked = Background(lambda: reg.send_event("stuck", {"n": "x"}))
     assert entered.wait(WAIT)
     assert any(name.startswith("duplex-session:") for name in _ours())
-    stopper = Background(lambda: reg.shutdown())
+    stopper = Background(reg.shutdown)
     with pytest.raises(RegistryClosedError):
         reg.send_event("s0", {"n": 1})
     with pytest.raises(RegistryClosedError):

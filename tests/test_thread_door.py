@@ -88,3 +88,20 @@ def test_transport_faults_reach_blocking_sends() -> None:
             registry.send_event("s1", {"n": 2})
         registry.send_event("s1", {"n": 3})
     assert [frame["n"] for frame in wire] == [1, 3]
+
+
+def test_the_send_timeout_bounds_each_frame_not_a_whole_delivery() -> None:
+    # Three frames of 0.8 s each: 2.4 s for the delivery, under 2 s for each
+    # send. The thread door sends a delivery in one worker hop; its watchdog
+    # must still measure each frame, as the async doors do.
+    wire: list[dict[str, object]] = []
+
+    def slow_send(frame: dict[str, object]) -> None:
+        threading.Event().wait(0.8)
+        wire.append(frame)
+
+    with _registry(send_timeout_s=2.0) as registry:
+        registry.create("s1", send=slow_send, close=lambda reason: None)
+        entries = registry.send_events("s1", [{"n": 1}, {"n": 2}, {"n": 3}])
+    assert [entry.sequence for entry in entries if entry is not None] == [1, 2, 3]
+    assert [frame["n"] for frame in wire] == [1, 2, 3]
