@@ -374,27 +374,34 @@ class BlockingTrioOutbox(TrioOutbox):
         self._send_began = time.monotonic()
 
     async def _within_timeout(self, call: Callable[[], Awaitable[None]]) -> bool:
+        if self._timeout == math.inf:
+            return await super()._within_timeout(call)
         self._send_began = time.monotonic()
         timed_out = False
+        failure: BaseException | None = None
         with trio.CancelScope() as scope:
             self._scope = scope
-            async with trio.open_nursery() as nursery:
 
-                async def watchdog() -> None:
-                    nonlocal timed_out
-                    while True:
-                        left = self._send_began + self._timeout - time.monotonic()
-                        if left <= 0:
-                            timed_out = True
-                            scope.cancel()
-                            return
-                        await trio.sleep(left)
+            async def watchdog() -> None:
+                nonlocal timed_out
+                while (left := self._send_began + self._timeout - time.monotonic()) > 0:
+                    await trio.sleep(left)
+                timed_out = True
+                scope.cancel()
 
-                if self._timeout != math.inf:
+            try:
+                async with trio.open_nursery() as nursery:
                     nursery.start_soon(watchdog)
-                await call()
-                nursery.cancel_scope.cancel()
+                    await call()
+                    nursery.cancel_scope.cancel()
+            except BaseExceptionGroup as group:
+                if len(group.exceptions) != 1 or isinstance(group.exceptions[0], trio.Cancelled):
+                    raise  # a cancellation is the scope's to catch
+                # The send's own error, not a group the nursery made of it.
+                failure = group.exceptions[0]
         self._scope = None
+        if failure is not None:
+            raise failure
         if scope.cancelled_caught and not timed_out:
             # Only an abort cancels this scope otherwise.
             raise ActivationAbortedError("the resume's caller was cancelled")
