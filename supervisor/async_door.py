@@ -381,6 +381,34 @@ class AsyncSessionRegistry:
         close: CloseCallable,
         lease_generation: int = 0,
     ) -> SessionCreated:
+        """Open a session with ``send``/``close`` as its first attachment (generation 1).
+
+        Starts the session's actor and an outbox for the transport. The
+        result carries the resume token: the only time the registry shows
+        it (it keeps only its digest); hand it to the client.
+
+        Args:
+            session_id: A non-empty string (strict mode), new to the registry.
+            send: The transport's ``send(frame)``; frames reach it in order.
+            close: The transport's ``close(reason)``; the library calls it
+                only when it gives up on the transport itself (see the
+                shutdown page).
+            lease_generation: The engine lease generation this connection
+                serves (see the README's *Engine leases*).
+
+        Returns:
+            SessionCreated: the session id, attachment generation 1 and the
+            resume token.
+
+        Raises:
+            DuplicateSessionError: the id is taken (a ``ValueError``, as in
+                the seed).
+            InvalidSessionIdError: not a non-empty string (strict mode).
+            RegistryClosedError: the registry is shut down.
+
+        Cancellation: a create cancelled before it returned is undone: the
+        session is closed again (nobody saw its token).
+        """
         check_session_id(session_id, strict=self._strict)
         self._check_open()
         outbox = self._start_outbox(session_id, send, close)
@@ -423,6 +451,39 @@ class AsyncSessionRegistry:
         journal: bool = True,
         on_accepted: Callable[[], None] | None = None,
     ) -> JournalEntry | None:
+        """Journal ``payload`` (unless ``journal=False``) and send it to the attachment.
+
+        The event gets the next sequence; its frame is the payload plus
+        ``server_event_seq``. Returns once the frame's send finished (at
+        once when detached: the event waits in the journal for a resume).
+
+        Args:
+            session_id: The session.
+            payload: A mapping of JSON values (strict mode); unjournaled
+                payloads need only be a mapping (audio bytes are fine).
+            journal: ``False`` sends without journaling or a sequence (not
+                replayed; dropped while detached), as in the seed.
+            on_accepted: Called on the registry's loop once the event is
+                journaled, or, unjournaled, after its send succeeded; never
+                for a detached unjournaled event. It must not raise (an
+                exception is logged and ignored).
+
+        Returns:
+            JournalEntry | None: the journaled entry, or ``None`` unjournaled.
+
+        Raises:
+            UnknownSessionError: no such session.
+            JournalOverflowError: the journal's cap was hit (sticky).
+            InvalidPayloadError: not a JSON mapping (strict mode).
+            SendTimeoutError: the send ran past ``send_timeout_s``.
+            SessionCrashedError: the session crashed on this call; it left
+                no trace and may be retried.
+            Exception: whatever the transport's ``send`` raised; the event
+                stays journaled and the attachment attached, as in the seed.
+
+        Cancellation: once sent to the session the event is journaled, and
+        its frame may still reach the client after the caller was cancelled.
+        """
         command = SendEvent(payload=payload, journal=journal, on_accepted=on_accepted)
         entry: JournalEntry | None = await self._ask(session_id, command)
         return entry
@@ -472,16 +533,54 @@ class AsyncSessionRegistry:
         *,
         journal: bool = True,
     ) -> tuple[JournalEntry | None, ...]:
-        """A batch in one round trip: all recorded or none, frames in order."""
+        """Send a batch of events in one round trip: all journaled or none.
+
+        Like ``send_event`` for each payload, in order, with consecutive
+        sequences, but one message to the session and one wait.
+
+        Returns:
+            tuple[JournalEntry | None, ...]: one entry (or ``None``,
+            unjournaled) per payload.
+
+        Raises:
+            UnknownSessionError: no such session.
+            JournalOverflowError: the batch does not fit; none was recorded.
+            InvalidPayloadError: one payload is invalid; none was recorded.
+
+        Cancellation: as ``send_event``.
+        """
         command = SendEvents(payloads=tuple(payloads), journal=journal)
         entries: tuple[JournalEntry | None, ...] = await self._ask(session_id, command)
         return entries
 
     async def acknowledge(self, session_id: str, sequence: int) -> int:
+        """Drop journaled events up to ``sequence``: the client has them.
+
+        Returns:
+            int: how many entries were removed.
+
+        Raises:
+            UnknownSessionError: no such session.
+            InvalidSequenceError: negative, newer than the journal's head, or
+                not an int.
+        """
         removed: int = await self._ask(session_id, Acknowledge(sequence=sequence))
         return removed
 
     async def detach(self, session_id: str, *, attachment_generation: int | None = None) -> bool:
+        """Drop the attached transport; events are journaled for a resume meanwhile.
+
+        ``attachment_generation`` names the connection asking, so a socket
+        that already lost a takeover cannot detach the winner; ``None``
+        means whichever is attached. The engine owns the disconnect grace
+        (unless ``disconnect_grace_s`` is set). The transport's ``close`` is
+        not called: the caller owns it.
+
+        Returns:
+            bool: whether this call detached; ``False`` if nothing was
+            attached, the generation is not current, or the session is
+            unknown (as in the seed).
+        """
         released = await self.release_attachment(
             session_id, attachment_generation=attachment_generation
         )
@@ -490,32 +589,90 @@ class AsyncSessionRegistry:
     async def release_attachment(
         self, session_id: str, *, attachment_generation: int | None = None
     ) -> DetachedAttachment | None:
+        """``detach`` that also hands back the lease generation the dropped connection served.
+
+        Returns:
+            DetachedAttachment | None: the dropped attachment's generation
+            and engine lease generation; ``None`` where ``detach`` answers
+            ``False``. Fence the engine's own detach on that lease.
+        """
         command = ReleaseAttachment(attachment_generation=attachment_generation)
         released: DetachedAttachment | None = await self._ask(session_id, command)
         return released
 
     async def begin_resume(self, session_id: str) -> None:
+        """Claim that a resume of ``session_id`` is about to land and activate.
+
+        Hold the claim from before the engine's lease resume until
+        ``end_resume``. While any claim is open, a lease generation that
+        loses its owner is parked for the next activation instead of going
+        to the connection that activation is about to replace.
+
+        Raises:
+            UnknownSessionError: no such session.
+        """
         await self._ask(session_id, BeginResume())
 
     async def end_resume(self, session_id: str) -> int | None:
+        """Release a ``begin_resume`` claim, whether or not the resume activated.
+
+        Returns:
+            int | None: a lease generation the caller must detach itself (it
+            was parked for an activation that never came and nobody is
+            attached to take it over); ``None`` when nothing is owed or the
+            session is unknown.
+        """
         owed: int | None = await self._ask(session_id, EndResume())
         return owed
 
     async def settle_lease_generation(self, session_id: str, lease_generation: int) -> int | None:
+        """Find an owner for the lease generation of a resume whose connection never served.
+
+        The engine already moved its lease to ``lease_generation``. The
+        owner is, in order: the resume waiting to activate (it absorbs the
+        generation when it activates); else the attached connection (its
+        own detach must be able to detach this lease); else nobody, and the
+        generation is returned for the caller to put back into disconnect
+        grace. Generations only move forward.
+
+        Returns:
+            int | None: the generation nobody owns, or ``None`` (owned, or
+            the session is unknown).
+        """
         command = SettleLeaseGeneration(lease_generation=lease_generation)
         owed: int | None = await self._ask(session_id, command)
         return owed
 
     async def has_attachment(self, session_id: str) -> bool:
+        """Whether some connection is attached now (``False`` for an unknown session).
+
+        For a resume that failed to activate: it has no generation of its
+        own, and must know whether rolling the lease back would roll back
+        somebody else's live attachment.
+        """
         return bool(await self._ask(session_id, HasAttachment()))
 
     async def is_current_attachment(self, session_id: str, attachment_generation: int) -> bool:
+        """Whether ``attachment_generation`` is attached now (``False`` if unknown)."""
         command = IsCurrentAttachment(attachment_generation=attachment_generation)
         return bool(await self._ask(session_id, command))
 
     async def authenticate_resume(
         self, session_id: str, *, resume_token: str, last_received_server_event_seq: int
     ) -> None:
+        """Check a resume's token, then its sequence, without resuming.
+
+        The seed's order of checks: the token first, so a wrong token never
+        learns about the journal.
+
+        Raises:
+            UnknownSessionError: no such session.
+            InvalidResumeTokenError: neither the current token nor a live
+                recovery token.
+            JournalGapError: events after the sequence are gone (TTL,
+                acknowledged, or overflow; see its attributes).
+            InvalidSequenceError: a bad sequence.
+        """
         command = AuthenticateResume(
             resume_token=resume_token,
             last_received_server_event_seq=last_received_server_event_seq,
@@ -533,12 +690,46 @@ class AsyncSessionRegistry:
         activation_payload_factory: ActivationPayloadFactory | None = None,
         lease_generation: int | None = None,
     ) -> ResumeResult:
-        """The seed's resume. Cancelled before its commit point, it rolls back.
+        """Take the session over with a new transport, after proving the token.
 
-        The commit point: with an activation factory, the activation and
-        replay reached the new ``send``; without one, the result reached
-        this caller. A caller cancelled before it leaves the presented token
-        usable once more, exactly like a failed activation.
+        Checks the token, then the sequence; rotates the token; makes
+        ``send``/``close`` the attachment (the next generation), replacing
+        any attached one (returned in ``replaced_attachment``, not closed:
+        its owner closes it; the gateway says ``"replaced"``). With an
+        ``activation_payload_factory``, the new ``send`` gets the activation
+        frame, then the replay, then live events, and this returns once they
+        were sent; a failed activation rolls back (detached, the presented
+        token usable once more). Without one, the caller sends the replay
+        (``replay_entries``), as in the seed.
+
+        Args:
+            session_id: The session.
+            resume_token: The token the client presented.
+            last_received_server_event_seq: The last sequence the client has.
+            send: The new transport's ``send``.
+            close: The new transport's ``close``.
+            activation_payload_factory: ``(new_token, generation) -> frame``,
+                called on the outbox's loop just before the frame is sent.
+            lease_generation: The engine lease generation the new connection
+                serves (see the README's *Engine leases*).
+
+        Returns:
+            ResumeResult: the new token and generation, the replay, and the
+            replaced attachment.
+
+        Raises:
+            UnknownSessionError: no such session.
+            InvalidResumeTokenError: a wrong token.
+            JournalGapError: the replay cannot be complete.
+            InvalidSequenceError: a bad sequence.
+            Exception: what the activation's send or factory raised (rolled
+                back).
+
+        Cancellation: cancelled before its commit point, it rolls back like
+        a failed activation. The commit point: with a factory, the
+        activation and replay reached the new ``send``; without one, the
+        result reached this caller. A resume queued behind another's
+        activation waits for that outcome.
         """
         self._check_open()
         self._flush(session_id)
@@ -589,12 +780,28 @@ class AsyncSessionRegistry:
         (a link that dropped before the client read it): if the resume of
         ``attachment_generation`` is still the current one, it is undone as a
         failed activation would be: detached, the presented token usable
-        once more, the rotated token still valid. ``False`` if it was not.
+        once more, the rotated token still valid.
+
+        Returns:
+            bool: whether it was rolled back (``False``: not the current one).
+
+        Raises:
+            UnknownSessionError: no such session.
         """
         command = AbortResume(attachment_generation=attachment_generation)
         return bool(await self._ask(session_id, command))
 
     async def close(self, session_id: str) -> TransportAttachment | None:
+        """Remove the session; its actor answers what is queued, then stops.
+
+        The transport's ``close`` is not called: as in the seed, the
+        attachment is returned for its owner to close. A create of the same
+        id right after succeeds.
+
+        Returns:
+            TransportAttachment | None: the attachment it had, or ``None``
+            (detached, or unknown).
+        """
         self._check_open()
         self._flush(session_id)
         reply = self._new_reply()
@@ -605,14 +812,19 @@ class AsyncSessionRegistry:
     # -- beyond the seed -------------------------------------------------------------------
 
     async def sweep(self) -> None:
-        """Tick every session now: TTL pruning and disconnect grace, at once."""
+        """Tick every session now: TTL pruning and disconnect grace, at once.
+
+        The registry also sweeps every ``sweep_interval_s`` by itself.
+        """
         self._check_open()
         reply = self._new_reply()
         self._system.sweep(reply)
         await reply.wait()
 
     def stats(self) -> RegistryStats:
+        """The registry's figures, read without an actor round trip."""
         return self._system.stats()
 
     def session_ids(self) -> list[str]:
+        """The ids of the sessions the registry holds now."""
         return self._system.session_ids()
