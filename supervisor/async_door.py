@@ -99,8 +99,12 @@ class LoopReply:
         self._done = True
         self._value = value
         self._error = error
-        if self._on_settled is not None:
-            self._on_settled()
+        # Dropped once run: an actor thread may hold this reply until its next
+        # message, and the callback holds the registry (the drop-in's
+        # finalizer needs the registry to become garbage).
+        on_settled, self._on_settled = self._on_settled, None
+        if on_settled is not None:
+            on_settled()
         self._wake()
 
     def _outcome(self) -> Any:
@@ -122,6 +126,10 @@ def report_refused(
     reason = type(error).__name__
     logger.warning("a send_event_nowait to session %s was refused: %s", session_id, reason)
     notify(LifecycleEvent(kind="event_refused", session_id=session_id, reason=reason))
+
+
+def _released(count: int) -> None:
+    """What a settled _CountedNoWaiter releases again: nothing."""
 
 
 class _CountedNoWaiter(NoWaiter):
@@ -164,10 +172,13 @@ class _CountedNoWaiter(NoWaiter):
             report_refused(self._notify, self._session_id, error)
 
     def _settle(self) -> None:
+        # Dropped once used, for the reason LoopReply drops its callback.
+        release, self._release = self._release, _released
+        count = self._count
         if self._port.on_loop():
-            self._release(self._count)
+            release(count)
         else:
-            self._port.submit(lambda: self._release(self._count))
+            self._port.submit(lambda: release(count))
 
 
 class AsyncSessionRegistry:
