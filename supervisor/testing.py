@@ -138,9 +138,12 @@ class Wire:
     ``send=wire.send_blocking, close=wire.close_blocking`` to the thread door.
     ``hold(n)`` makes the n-th send (counted from 1) wait until released;
     ``fail(n, error)`` makes it raise ``error`` (after any hold).
+
+    Args:
+        log: A list to append ``"send"`` to at each send past its hold.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, log: list[str] | None = None) -> None:
         self._lock = threading.Lock()
         #: The frames that reached ``send``, in order (failed ones not).
         self.frames: list[dict[str, object]] = []
@@ -151,7 +154,7 @@ class Wire:
         #: Sends begun, failed ones included.
         self.sends = 0
         #: If set, gets ``"send"`` for every send past its hold (failed ones too).
-        self.log: list[str] | None = None
+        self.log = log
         self._gates: dict[int, Gate] = {}
         self._failures: dict[int, BaseException] = {}
 
@@ -207,6 +210,10 @@ class Wire:
         """The ``server_event_seq`` of each frame (``None`` for unjournaled ones)."""
         with self._lock:
             return [frame.get("server_event_seq") for frame in self.frames]
+
+    def sequences(self) -> list[int]:
+        """The sequences of the journaled frames only, in wire order."""
+        return [seq for seq in self.seqs() if isinstance(seq, int)]
 
 
 # -- fixtures --------------------------------------------------------------------------

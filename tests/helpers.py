@@ -15,19 +15,7 @@ from actors.messages import (
     Resume,
 )
 from actors.state import NO_FAILPOINTS, Failpoints, SessionConfig, SessionState, Transition
-
-
-class FakeClock:
-    """Logical time: tests move ``now`` by hand, nothing ever sleeps."""
-
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
+from supervisor.testing import FakeClock as FakeClock
 
 
 async def wire_send(frame: dict[str, object]) -> None:

@@ -5,7 +5,7 @@ that keeps the tokens it was handed, the :class:`Door` protocol a front door's
 driver implements, :func:`answer_of` (a real result or error in the model's
 terms), strategies, and :class:`MachineCore`: the state, the calls (a crash is
 checked to be the one armed, and means "no effect") and the checks after every
-step. The rules are in ``tests/test_model_machine.py``; the model is
+step. The rules are in ``tests/model_machine.py``; the model is
 ``tests/model.py``.
 """
 
@@ -280,7 +280,7 @@ _SUPERVISED = ("create", "close", "sweep")  # the calls that pass through the su
 
 class MachineCore(RuleBasedStateMachine):
     """The state, the calls and the checks after every step; the rules are in
-    ``tests/test_model_machine.py``."""
+    ``tests/model_machine.py``."""
 
     door_factory: Callable[[FaultPlan, Observer], Door]
     SEND_FAULTS: tuple[str, ...] = ("wire_fail",)

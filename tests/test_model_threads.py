@@ -20,8 +20,8 @@ from supervisor.faults import FaultPlan
 from supervisor.policy import RestartPolicy
 from supervisor.threads import ThreadSessionRegistry
 from tests.helpers import ThreadReply
+from tests.model_machine import RegistryMachine
 from tests.model_support import LIMIT, MAX_BYTES, START, TTL, DoorCall, Observer, Wire
-from tests.test_model_machine import RegistryMachine
 
 
 class ThreadDoor:

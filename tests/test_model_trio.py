@@ -17,8 +17,8 @@ from hypothesis import settings
 from supervisor.faults import FaultPlan
 from supervisor.policy import RestartPolicy
 from supervisor.trio_registry import TrioSessionRegistry, open_session_registry
+from tests.model_machine import RegistryMachine
 from tests.model_support import LIMIT, MAX_BYTES, SEND_TIMEOUT, START, TTL, DoorCall, Observer, Wire
-from tests.test_model_machine import RegistryMachine
 
 
 class TrioDoor:

@@ -43,10 +43,11 @@ def test_the_example_runs_as_written_every_time(index: int) -> None:
     code = compile(example, f"README.md example {index + 1}", "exec")
     for _ in range(RUNS):
         exec(code, {"__name__": "__readme__"})  # noqa: S102 - the README's own code
-    # The drop-in is never closed: its finalizer stops its actors once the
-    # registry is garbage. Every other door has joined its threads already.
+    # The drop-in is never closed: its finalizer stops its actors, the
+    # supervisor too, once the registry is garbage. Every other door has
+    # joined its threads already.
     gc.collect()
     for thread in threading.enumerate():
-        if thread.name.startswith("duplex-session:"):
+        if thread.name.startswith("duplex-"):
             thread.join(10)
-    assert [t.name for t in threading.enumerate() if t.name.startswith("duplex-session:")] == []
+    assert [t.name for t in threading.enumerate() if t.name.startswith("duplex-")] == []
