@@ -46,7 +46,7 @@ from supervisor.faults import FaultPlan
 from supervisor.threads import ThreadSessionRegistry
 from supervisor.trio_registry import TrioSessionRegistry, open_session_registry
 
-__all__ = ["FakeClock", "Gate", "Signal", "Wire"]
+__all__ = ["FakeClock", "Gate", "Signal", "Wire", "registry_options"]
 
 
 class FakeClock:
@@ -216,6 +216,23 @@ class Wire:
         return [seq for seq in self.seqs() if isinstance(seq, int)]
 
 
+def registry_options(**overrides: Any) -> dict[str, Any]:
+    """Options for a registry under test, with ``overrides`` applied.
+
+    A fresh :class:`FakeClock`, a 60 s TTL, 1 MiB per journal and no
+    background sweep (call ``sweep()``): pass them to any door as
+    ``open_session_registry(**registry_options())``.
+    """
+    options: dict[str, Any] = {
+        "replay_ttl_s": 60.0,
+        "replay_max_bytes_per_session": 1 << 20,
+        "clock": FakeClock(),
+        "sweep_interval_s": None,
+    }
+    options.update(overrides)
+    return options
+
+
 # -- fixtures --------------------------------------------------------------------------
 
 
@@ -234,14 +251,7 @@ def duplex_faults() -> FaultPlan:
 @pytest.fixture
 def duplex_options(duplex_clock: FakeClock, duplex_faults: FaultPlan) -> dict[str, Any]:
     """The registry fixtures' options; override this fixture to change them."""
-    return {
-        "replay_ttl_s": 60.0,
-        "replay_max_bytes_per_session": 1 << 20,
-        "clock": duplex_clock,
-        "faults": duplex_faults,
-        "sweep_interval_s": None,
-        "send_timeout_s": 1.0,
-    }
+    return registry_options(clock=duplex_clock, faults=duplex_faults, send_timeout_s=1.0)
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ from supervisor.compat import DuplexSessionAttachmentRegistry
 from supervisor.testing import FakeClock as FakeClock
 from supervisor.testing import Gate as Gate
 from supervisor.testing import Wire as Wire
+from supervisor.testing import registry_options
 
 #: Every scenario runs under ``asyncio.wait_for(..., LIMIT)`` (real time).
 LIMIT = 10.0
@@ -87,14 +88,7 @@ class TokenCatcher:
 @asynccontextmanager
 async def door(**overrides: Any) -> AsyncIterator[AsyncioSessionRegistry]:
     """``open_session_registry`` with test defaults: a fake clock, no ticker."""
-    options: dict[str, Any] = {
-        "replay_ttl_s": 60.0,
-        "replay_max_bytes_per_session": 1 << 20,
-        "clock": FakeClock(),
-        "sweep_interval_s": None,
-    }
-    options.update(overrides)
-    async with open_session_registry(**options) as reg:
+    async with open_session_registry(**registry_options(**overrides)) as reg:
         yield reg
 
 

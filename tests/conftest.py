@@ -14,12 +14,12 @@ from supervisor.testing import FakeClock, Wire
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    """A fake clock, at 1000.0."""
-    return FakeClock()
+def clock(duplex_clock: FakeClock) -> FakeClock:
+    """The plugin's fake clock, at 1000.0."""
+    return duplex_clock
 
 
 @pytest.fixture
-def wire() -> Wire:
-    """A recording transport for any door."""
-    return Wire()
+def wire(duplex_wire: Wire) -> Wire:
+    """The plugin's recording transport, for any door."""
+    return duplex_wire

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from typing import Any
 
 import pytest
 import trio
@@ -20,21 +19,10 @@ import trio
 from actors.errors import RegistryClosedError
 from supervisor import ThreadSessionRegistry, open_asyncio_registry, open_session_registry
 from supervisor.compat import DuplexSessionAttachmentRegistry
-from supervisor.testing import FakeClock, Wire
+from supervisor.testing import Wire, registry_options
 
 LIMIT = 30.0
 BURST = 20
-
-
-def _options(**overrides: Any) -> dict[str, Any]:
-    options: dict[str, Any] = {
-        "replay_ttl_s": 60.0,
-        "replay_max_bytes_per_session": 1 << 20,
-        "clock": FakeClock(),
-        "sweep_interval_s": None,
-    }
-    options.update(overrides)
-    return options
 
 
 def _undrained_logged(caplog: pytest.LogCaptureFixture) -> bool:
@@ -55,7 +43,7 @@ def _burst() -> list[dict[str, object]]:
 async def test_trio_door_drains_nowait_events_queued_just_before_exit() -> None:
     wire = Wire()
     with trio.fail_after(LIMIT):
-        async with open_session_registry(**_options()) as registry:
+        async with open_session_registry(**registry_options()) as registry:
             await registry.create("s1", send=wire.send, close=wire.close)
             for n in range(1, BURST + 1):
                 registry.send_event_nowait("s1", {"n": n})
@@ -71,7 +59,7 @@ async def test_trio_door_gives_up_on_a_hung_send_after_the_drain_timeout(
     wire = Wire()
     gate = wire.hold(1)
     with trio.fail_after(LIMIT):
-        async with open_session_registry(**_options(drain_timeout_s=0.05)) as registry:
+        async with open_session_registry(**registry_options(drain_timeout_s=0.05)) as registry:
             await registry.create("s1", send=wire.send, close=wire.close)
             registry.send_event_nowait("s1", {"n": 1})
             await gate.entered.wait()
@@ -84,7 +72,7 @@ async def test_trio_door_gives_up_on_a_hung_send_after_the_drain_timeout(
 async def test_trio_door_close_returns_the_attachment_and_closes_no_transport() -> None:
     wire = Wire()
     with trio.fail_after(LIMIT):
-        async with open_session_registry(**_options()) as registry:
+        async with open_session_registry(**registry_options()) as registry:
             await registry.create("s1", send=wire.send, close=wire.close)
             attachment = await registry.close("s1")
             assert attachment is not None
@@ -100,7 +88,7 @@ def test_asyncio_door_drains_and_closes_no_transport() -> None:
     wire = Wire()
 
     async def scenario() -> None:
-        async with open_asyncio_registry(**_options()) as registry:
+        async with open_asyncio_registry(**registry_options()) as registry:
             await registry.create("s1", send=wire.send, close=wire.close)
             await registry.create("s2", send=wire.send, close=wire.close)
             assert await registry.close("s2") is not None
@@ -121,7 +109,7 @@ def test_asyncio_door_gives_up_on_a_hung_send_after_the_drain_timeout(
     gate = wire.hold(1)
 
     async def scenario() -> None:
-        async with open_asyncio_registry(**_options(drain_timeout_s=0.05)) as registry:
+        async with open_asyncio_registry(**registry_options(drain_timeout_s=0.05)) as registry:
             await registry.create("s1", send=wire.send, close=wire.close)
             registry.send_event_nowait("s1", {"n": 1})
             await gate.entered.wait()
@@ -157,7 +145,7 @@ def test_thread_door_drains_nowait_events_queued_just_before_exit() -> None:
     # The README's example dropped such a frame in about one run of four.
     for _ in range(20):
         wire = Wire()
-        with ThreadSessionRegistry(timeout=LIMIT, **_options()) as registry:
+        with ThreadSessionRegistry(timeout=LIMIT, **registry_options()) as registry:
             registry.create("s1", send=wire.send_blocking, close=wire.close_blocking)
             for n in range(1, BURST + 1):
                 registry.send_event_nowait("s1", {"n": n})
@@ -176,7 +164,9 @@ def test_thread_door_gives_up_on_a_hung_send_after_the_drain_timeout(
     wire = Wire()
     gate = wire.hold(1)
     try:
-        with ThreadSessionRegistry(timeout=LIMIT, **_options(drain_timeout_s=0.05)) as registry:
+        with ThreadSessionRegistry(
+            timeout=LIMIT, **registry_options(drain_timeout_s=0.05)
+        ) as registry:
             registry.create("s1", send=wire.send_blocking, close=wire.close_blocking)
             registry.send_event_nowait("s1", {"n": 1})
             assert gate.entered.wait_blocking(LIMIT)
@@ -189,7 +179,7 @@ def test_thread_door_gives_up_on_a_hung_send_after_the_drain_timeout(
 
 def test_thread_door_close_returns_the_callables_as_given() -> None:
     wire = Wire()
-    with ThreadSessionRegistry(timeout=LIMIT, **_options()) as registry:
+    with ThreadSessionRegistry(timeout=LIMIT, **registry_options()) as registry:
         registry.create("s1", send=wire.send_blocking, close=wire.close_blocking)
         attachment = registry.close("s1")
         assert attachment is not None

@@ -5,8 +5,6 @@ the methods we added that name a session; the others answer False or None."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from typing import Any
 
 import pytest
 import trio
@@ -19,51 +17,10 @@ from supervisor import (
     open_session_registry,
 )
 from supervisor.compat import DuplexSessionAttachmentRegistry
-from supervisor.testing import FakeClock, Wire
+from supervisor.testing import registry_options
+from tests.unknown_calls import ANSWERING, NOWHERE, RAISING, outcome
 
-OPTIONS: dict[str, Any] = {
-    "replay_ttl_s": 60.0,
-    "replay_max_bytes_per_session": 1 << 20,
-    "clock": FakeClock(),
-    "sweep_interval_s": None,
-}
-WIRE = Wire()
-
-#: Every method that raises for an unknown session, called on "nope".
-RAISING: dict[str, Callable[[Any], Any]] = {
-    "send_event": lambda r: r.send_event("nope", {"n": 1}),
-    "send_event_nowait": lambda r: r.send_event_nowait("nope", {"n": 1}),
-    "send_events": lambda r: r.send_events("nope", [{"n": 1}]),
-    "acknowledge": lambda r: r.acknowledge("nope", 0),
-    "begin_resume": lambda r: r.begin_resume("nope"),
-    "authenticate_resume": lambda r: r.authenticate_resume(
-        "nope", resume_token="t", last_received_server_event_seq=0
-    ),
-    "resume": lambda r: r.resume(
-        "nope",
-        resume_token="t",
-        last_received_server_event_seq=0,
-        send=WIRE.send,
-        close=WIRE.close,
-    ),
-    "abandon_resume": lambda r: r.abandon_resume("nope", attachment_generation=1),
-}
-
-#: Every other method, with the seed's answer for an unknown session.
-ANSWERING: dict[str, tuple[Callable[[Any], Any], object]] = {
-    "detach": (lambda r: r.detach("nope"), False),
-    "release_attachment": (lambda r: r.release_attachment("nope"), None),
-    "end_resume": (lambda r: r.end_resume("nope"), None),
-    "settle_lease_generation": (lambda r: r.settle_lease_generation("nope", 3), None),
-    "has_attachment": (lambda r: r.has_attachment("nope"), False),
-    "is_current_attachment": (lambda r: r.is_current_attachment("nope", 1), False),
-    "close": (lambda r: r.close("nope"), None),
-}
-
-
-async def _outcome(registry: AsyncSessionRegistry, call: Callable[[Any], Any]) -> object:
-    result = call(registry)
-    return await result if isinstance(result, Awaitable) else result
+OPTIONS = registry_options()
 
 
 def _check_raised(error: BaseException | None) -> None:
@@ -75,10 +32,10 @@ def _check_raised(error: BaseException | None) -> None:
 async def _async_door_answers(registry: AsyncSessionRegistry) -> None:
     for call in RAISING.values():
         with pytest.raises(UnknownSessionError) as caught:
-            await _outcome(registry, call)
+            await outcome(registry, call)
         _check_raised(caught.value)
     for call, answer in ANSWERING.values():
-        assert await _outcome(registry, call) == answer
+        assert await outcome(registry, call) == answer
 
 
 async def test_trio_door() -> None:
@@ -113,8 +70,8 @@ def _blocking_resume(registry: ThreadSessionRegistry) -> object:
         "nope",
         resume_token="t",
         last_received_server_event_seq=0,
-        send=WIRE.send_blocking,
-        close=WIRE.close_blocking,
+        send=NOWHERE.send_blocking,
+        close=NOWHERE.close_blocking,
     )
 
 

@@ -22,6 +22,7 @@ from actors.messages import LifecycleEvent
 from supervisor.testing import FakeClock as FakeClock
 from supervisor.testing import Gate as Gate
 from supervisor.testing import Wire as Wire
+from supervisor.testing import registry_options
 from supervisor.trio_registry import TrioSessionRegistry, open_session_registry
 
 #: Every test body runs under ``trio.fail_after(LIMIT)`` (real time).
@@ -54,14 +55,7 @@ class Events:
 @asynccontextmanager
 async def registry(**overrides: Any) -> AsyncIterator[TrioSessionRegistry]:
     """``open_session_registry`` with test defaults: a fake clock, no ticker."""
-    options: dict[str, Any] = {
-        "replay_ttl_s": 60.0,
-        "replay_max_bytes_per_session": 1 << 20,
-        "clock": FakeClock(),
-        "sweep_interval_s": None,
-    }
-    options.update(overrides)
-    async with open_session_registry(**options) as reg:
+    async with open_session_registry(**registry_options(**overrides)) as reg:
         yield reg
 
 
