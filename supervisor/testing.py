@@ -167,6 +167,12 @@ class Wire:
         """Make the ``nth`` send raise ``error``."""
         self._failures[nth] = error
 
+    def disarm(self) -> None:
+        """Forget every hold and failure not reached yet."""
+        with self._lock:
+            self._gates.clear()
+            self._failures.clear()
+
     def _begin(self) -> tuple[int, Gate | None]:
         with self._lock:
             self.sends += 1

@@ -21,7 +21,7 @@ from supervisor.policy import RestartPolicy
 from supervisor.threads import ThreadSessionRegistry
 from tests.helpers import ThreadReply
 from tests.model_machine import RegistryMachine
-from tests.model_support import LIMIT, MAX_BYTES, START, TTL, DoorCall, Observer, Wire
+from tests.model_support import LIMIT, MAX_BYTES, START, TTL, DoorCall, ModelWire, Observer
 
 
 class ThreadDoor:
@@ -62,8 +62,8 @@ class ThreadDoor:
             assert not thread.is_alive(), "a concurrent call never returned"
         return results
 
-    def transport(self, wire: Wire) -> tuple[Any, Any]:
-        return wire.send, wire.close
+    def transport(self, wire: ModelWire) -> tuple[Any, Any]:
+        return wire.send_blocking, wire.close_blocking
 
     def session_ids(self) -> list[str]:
         return self._registry.session_ids()
