@@ -13,13 +13,13 @@ one shutdown.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import queue
 import threading
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+import outcome
 import trio
 
 from actors.errors import RegistryClosedError, SessionError, UnknownSessionError
@@ -40,6 +40,9 @@ __all__ = ["BlockingClose", "BlockingSend", "ThreadSessionRegistry"]
 BlockingSend = Callable[[dict[str, object]], object]
 #: A blocking transport ``close(reason)``: called on a worker thread.
 BlockingClose = Callable[[str], object]
+
+#: How often a blocking caller checks that the loop thread still runs.
+_LOOP_CHECK_S = 1.0
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -65,6 +68,10 @@ class _HostedTrioRegistry(TrioSessionRegistry):
             self.send_event_nowait(session_id, payload, journal=journal)
         except (SessionError, trio.WouldBlock) as exc:
             self.report_refused(session_id, exc)
+
+    def spawn(self, async_fn: Callable[[], Awaitable[None]]) -> None:
+        """Run ``async_fn`` as a task of the registry (on the loop)."""
+        self._nursery.start_soon(async_fn)
 
     def _new_outbox(self, **kwargs: Any) -> TrioOutbox:
         return BlockingTrioOutbox(limiter=self._limiter, **kwargs)
@@ -119,7 +126,6 @@ class ThreadSessionRegistry:
         self._started = threading.Event()
         self._stop: trio.Event | None = None
         self._door: _HostedTrioRegistry | None = None
-        self._token: trio.lowlevel.TrioToken | None = None
         self._failure: BaseException | None = None
         self._closed = False
         self._thread = threading.Thread(target=self._loop, name="duplex-loop", daemon=True)
@@ -140,7 +146,6 @@ class ThreadSessionRegistry:
         registry: Any
         async with serve_registry(self._options, _HostedTrioRegistry) as registry:
             self._door = registry
-            self._token = trio.lowlevel.current_trio_token()
             self._stop = trio.Event()
             self._started.set()
             await self._stop.wait()
@@ -166,21 +171,41 @@ class ThreadSessionRegistry:
         return door
 
     def _run(self, name: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
-        method = getattr(self._hosted(), name)
-        timeout = self._timeout
+        """Run the async door's method ``name`` on the loop; block for its outcome.
 
-        async def call() -> Any:
-            with trio.move_on_after(math.inf if timeout is None else timeout) as scope:
-                return await method(*args, **kwargs)
-            assert scope.cancelled_caught  # noqa: S101
-            raise TimeoutError(f"no answer within {timeout} s")
-
+        The call rides the registry's port, like ``send_event_nowait``, so it
+        reaches the loop after everything this thread queued before it.
+        """
+        door = self._hosted()
         if self._closed:
             raise RegistryClosedError("the session registry is shut down")
-        try:
-            return trio.from_thread.run(call, trio_token=self._token)
-        except trio.RunFinishedError:
-            raise RegistryClosedError("the session registry is shut down") from None
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("a blocking call from the registry's own loop thread")
+        method = getattr(door, name)
+        limit = math.inf if self._timeout is None else self._timeout
+        done = threading.Event()
+        answer: list[outcome.Outcome[Any]] = []
+
+        async def call() -> None:
+            try:
+                with trio.move_on_after(limit) as scope:
+                    answer.append(outcome.Value(await method(*args, **kwargs)))
+                if scope.cancelled_caught:
+                    answer.append(outcome.Error(TimeoutError(f"no answer within {limit} s")))
+            except trio.Cancelled:
+                # The registry shut down under this call.
+                answer.append(outcome.Error(RegistryClosedError("the registry was shut down")))
+                raise
+            except BaseException as exc:  # noqa: BLE001 - it is the caller's answer
+                answer.append(outcome.Error(exc))
+            finally:
+                done.set()
+
+        door.submit(lambda: door.spawn(call))
+        while not done.wait(_LOOP_CHECK_S):
+            if not self._thread.is_alive():
+                raise RegistryClosedError("the session registry is shut down")
+        return answer[0].unwrap()
 
     # -- the seed's methods, and the async door's others, blocking -----------------------
 
@@ -293,9 +318,9 @@ class ThreadSessionRegistry:
         if self._closed:
             return
         self._closed = True
-        stop = self._stop
-        if stop is not None:
-            with contextlib.suppress(trio.RunFinishedError):
-                trio.from_thread.run_sync(stop.set, trio_token=self._token)
+        stop, door = self._stop, self._door
+        if stop is not None and door is not None:
+            # Through the port: after everything a thread queued before.
+            door.submit(stop.set)
         self._thread.join()
         self._door = None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import queue
 import threading
 
 import pytest
@@ -9,6 +11,7 @@ import pytest
 from actors.errors import SendTimeoutError, UnknownSessionError
 from actors.messages import LifecycleEvent
 from supervisor.faults import FaultPlan
+from supervisor.testing import Wire
 from supervisor.threads import ThreadSessionRegistry
 
 WAIT = 10.0
@@ -105,3 +108,63 @@ def test_the_send_timeout_bounds_each_frame_not_a_whole_delivery() -> None:
         entries = registry.send_events("s1", [{"n": 1}, {"n": 2}, {"n": 3}])
     assert [entry.sequence for entry in entries if entry is not None] == [1, 2, 3]
     assert [frame["n"] for frame in wire] == [1, 2, 3]
+
+
+def test_a_refused_nowait_event_reaches_the_observer() -> None:
+    events: list[LifecycleEvent] = []
+    wire: list[dict[str, object]] = []
+    with _registry(observer=events.append) as registry:
+        registry.create("s1", send=wire.append, close=lambda reason: None)
+        registry.send_event_nowait("s1", {"n": float("nan")})  # not JSON: refused later
+        registry.send_event("s1", {"n": 2})
+    assert [(e.kind, e.reason) for e in events if e.kind == "event_refused"] == [
+        ("event_refused", "InvalidPayloadError")
+    ]
+    assert wire == [{"n": 2, "server_event_seq": 1}]
+
+
+def test_send_event_nowait_past_max_pending_is_queue_full() -> None:
+    wire = Wire()
+    gate = wire.hold(1)
+    try:
+        with _registry(max_pending_per_session=1) as registry:
+            registry.create("s1", send=wire.send_blocking, close=wire.close_blocking)
+            registry.send_event_nowait("s1", {"n": 1})
+            assert gate.entered.wait_blocking(WAIT)  # in flight until its send returns
+            with pytest.raises(queue.Full):
+                registry.send_event_nowait("s1", {"n": 2})
+            gate.release()
+    finally:
+        gate.release()
+    assert wire.sequences() == [1]
+
+
+def test_a_threads_nowait_events_and_blocking_calls_keep_its_order() -> None:
+    # Another thread's traffic makes actor replies and the nowait events
+    # race for the loop; a blocking call must still reach the session after
+    # the events this thread queued before it (the old hop overtook them).
+    wire: list[dict[str, object]] = []
+    noise: list[dict[str, object]] = []
+    with _registry() as registry:
+        registry.create("noise", send=noise.append, close=lambda reason: None)
+        registry.create("s1", send=wire.append, close=lambda reason: None)
+        stop = threading.Event()
+
+        def hammer() -> None:
+            while not stop.is_set():
+                with contextlib.suppress(queue.Full):
+                    registry.send_event_nowait("noise", {"x": 1}, journal=False)
+                stop.wait(0.0005)
+
+        threads = [threading.Thread(target=hammer) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        try:
+            for n in range(0, 600, 2):
+                registry.send_event_nowait("s1", {"n": n})
+                registry.send_event("s1", {"n": n + 1})
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join()
+    assert [frame["n"] for frame in wire] == list(range(600))
