@@ -102,7 +102,9 @@ class ThreadSessionRegistry:
     Every method of :class:`AsyncSessionRegistry` is here, blocking, with the
     same parameters, results and errors; call them from any thread except
     the registry's own loop thread (so never from an ``on_accepted`` or an
-    observer callback). ``send`` and ``close`` of its transports are plain
+    observer callback: that raises ``RuntimeError``). A thread's calls,
+    blocking or ``send_event_nowait``, reach the registry in the order the
+    thread made them. ``send`` and ``close`` of its transports are plain
     blocking callables, run on worker threads, each attachment's in order,
     so a hung client stalls only its own outbox; ``send_timeout_s`` bounds
     each send as on the other doors (a timed-out worker thread is abandoned).
