@@ -13,6 +13,7 @@ one shutdown.
 
 from __future__ import annotations
 
+import inspect
 import math
 import queue
 import threading
@@ -87,7 +88,10 @@ def _blocking(
         result: _R = self._run(name, args, kwargs)
         return result
 
-    call.__name__ = call.__qualname__ = name
+    call.__name__ = name
+    call.__qualname__ = f"ThreadSessionRegistry.{name}"
+    # help() and IDEs show the async method's parameters, not *args/**kwargs.
+    setattr(call, "__signature__", inspect.signature(method))  # noqa: B010
     call.__doc__ = (
         f"Blocking :meth:`AsyncSessionRegistry.{name}`: the same parameters, result "
         "and errors; it waits at most the registry's ``timeout`` "
