@@ -168,3 +168,26 @@ def test_a_threads_nowait_events_and_blocking_calls_keep_its_order() -> None:
             for thread in threads:
                 thread.join()
     assert [frame["n"] for frame in wire] == list(range(600))
+
+
+def test_a_blocking_call_past_the_timeout_raises_and_is_cancelled_as_on_the_async_door() -> None:
+    wire = Wire()
+    gate = wire.hold(1)
+    try:
+        with _registry(timeout=1.0, send_timeout_s=None) as registry:
+            created = registry.create("s1", send=wire.send_blocking, close=wire.close_blocking)
+            with pytest.raises(TimeoutError):
+                registry.send_event("s1", {"n": 1})
+            gate.release()
+            # Cancelled while its frame was on the wire: it stays journaled.
+            assert registry.detach("s1", attachment_generation=1)
+            result = registry.resume(
+                "s1",
+                resume_token=created.resume_token.plaintext,
+                last_received_server_event_seq=0,
+                send=wire.send_blocking,
+                close=wire.close_blocking,
+            )
+            assert [entry.sequence for entry in result.replay_entries] == [1]
+    finally:
+        gate.release()
