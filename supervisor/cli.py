@@ -68,6 +68,15 @@ def _add_engine_flags(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="characters of text per streamed delta (default 24)",
     )
+    group.add_argument(
+        "--max-inputs-per-session",
+        type=_positive(int),
+        default=100_000,
+        metavar="N",
+        help="distinct input ids a session answers in its life, each remembered so a "
+        "repeat is never answered twice; a new id past it gets error 'input_limit' "
+        "(default 100000)",
+    )
 
 
 def _add_chaos_flags(parser: argparse.ArgumentParser, *, clients: int, duration: float) -> None:
@@ -183,7 +192,51 @@ def _parser() -> argparse.ArgumentParser:
         "--max-sessions",
         type=_positive(int),
         default=10_000,
-        help="sessions held at once; more are refused 'overloaded' (default 10000)",
+        help="sessions held at once, attached or not; one more session.open is answered "
+        "error 'overloaded' and closed 4503 (default 10000)",
+    )
+    limits.add_argument(
+        "--max-sessions-per-address",
+        type=_positive(int),
+        default=256,
+        help="sessions opened from one client address and not yet ended; one more "
+        "session.open from it is answered 'too_many_sessions' and closed 4429 (default 256)",
+    )
+    limits.add_argument(
+        "--max-connections",
+        type=_positive(int),
+        default=10_000,
+        help="TCP connections served at once; more are answered HTTP 503 before the "
+        "upgrade (with TLS: closed) (default 10000)",
+    )
+    limits.add_argument(
+        "--max-connections-per-address",
+        type=_positive(int),
+        default=256,
+        help="TCP connections from one client address at once; more are answered HTTP 429 "
+        "before the upgrade (with TLS: closed) (default 256)",
+    )
+    limits.add_argument(
+        "--max-inputs-in-flight",
+        type=_positive(int),
+        default=8,
+        help="answers a session may have on their way at once; an input past it gets "
+        "error 'busy' (not answered, not remembered: send it again later) (default 8)",
+    )
+    limits.add_argument(
+        "--max-inputs-per-second",
+        type=_positive(float),
+        default=20.0,
+        metavar="RATE",
+        help="inputs a connection may send per second, in bursts of as many; an input past "
+        "it gets error 'rate_limited' (not answered, not remembered) (default 20)",
+    )
+    limits.add_argument(
+        "--close-timeout",
+        type=_positive(float),
+        default=5.0,
+        help="seconds a close handshake may take before the TCP connection is aborted, "
+        "whatever the peer does (default 5)",
     )
     limits.add_argument(
         "--disconnect-grace",
@@ -223,6 +276,27 @@ def _parser() -> argparse.ArgumentParser:
         help="seconds of the resume-failure window (default 60)",
     )
     limits.add_argument(
+        "--secret-failures",
+        type=_positive(int),
+        default=5,
+        help="wrong secrets allowed per address per window; then session.open from that "
+        "address is answered 'secret_throttled' and closed 4429 (default 5)",
+    )
+    limits.add_argument(
+        "--secret-window",
+        type=_positive(float),
+        default=60.0,
+        help="seconds of the wrong-secret window (default 60)",
+    )
+    limits.add_argument(
+        "--throttle-addresses",
+        type=_positive(int),
+        default=10_000,
+        help="addresses each failure throttle remembers at most; the one whose last "
+        "failure is oldest is forgotten first, and any is forgotten once its window "
+        "passed (default 10000)",
+    )
+    limits.add_argument(
         "--secret",
         default=os.environ.get(SECRET_ENV),
         help=f"session.open must present this secret (default: ${SECRET_ENV}, or none)",
@@ -232,6 +306,14 @@ def _parser() -> argparse.ArgumentParser:
         type=_positive(float),
         default=10.0,
         help="seconds between stats log lines (default 10)",
+    )
+    serve.add_argument(
+        "--log-interval",
+        type=_positive(float),
+        default=10.0,
+        help="at most one log line of each kind (refused connections, failed handlers, "
+        "shed connections...) per this many seconds; the rest are counted in one summary "
+        "line (default 10)",
     )
     _add_engine_flags(serve)
 
@@ -353,14 +435,25 @@ def _finish(args: argparse.Namespace, report: ChaosReport, gateway: Gateway | No
     return 0 if report.ok else 1
 
 
+def _engine_config(args: argparse.Namespace) -> EngineConfig:
+    return EngineConfig(
+        event_rate_hz=args.event_rate,
+        delta_chars=args.delta_chars,
+        max_inputs_per_session=args.max_inputs_per_session,
+    )
+
+
 async def _demo(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
-    engine = EngineConfig(event_rate_hz=args.event_rate, delta_chars=args.delta_chars)
+    engine = _engine_config(args)
+    # Every demo client comes from 127.0.0.1: the per-address caps fit the crowd.
+    crowd = max(256, 2 * args.clients)
+    config = GatewayConfig(
+        port=0, max_connections_per_address=crowd, max_sessions_per_address=crowd
+    )
     async with trio.open_nursery() as nursery:
         gateway: Gateway = await nursery.start(
-            lambda task_status: serve_gateway(
-                GatewayConfig(port=0), engine_config=engine, task_status=task_status
-            )
+            lambda task_status: serve_gateway(config, engine_config=engine, task_status=task_status)
         )
         report = await _run_chaos(gateway.url, _chaos_config(args), console, gateway)
         status = _finish(args, report, gateway)
@@ -393,8 +486,18 @@ async def _serve(args: argparse.Namespace) -> int:
         tls_key=args.tls_key,
         resume_failures_allowed=args.resume_failures,
         resume_failure_window_s=args.resume_window,
+        max_sessions_per_address=args.max_sessions_per_address,
+        max_connections=args.max_connections,
+        max_connections_per_address=args.max_connections_per_address,
+        max_inputs_in_flight=args.max_inputs_in_flight,
+        max_inputs_per_second=args.max_inputs_per_second,
+        close_timeout_s=args.close_timeout,
+        secret_failures_allowed=args.secret_failures,
+        secret_failure_window_s=args.secret_window,
+        throttle_max_addresses=args.throttle_addresses,
+        log_interval_s=args.log_interval,
     )
-    engine = EngineConfig(event_rate_hz=args.event_rate, delta_chars=args.delta_chars)
+    engine = _engine_config(args)
     # Ctrl-C as a message, not a KeyboardInterrupt raised in whatever task
     # runs: that would crash the handlers before the gateway says going-away.
     with trio.open_signal_receiver(signal.SIGINT) as interrupts:
@@ -418,12 +521,15 @@ async def _log_stats(gateway: Gateway, interval: float) -> None:
         await trio.sleep(interval)
         stats = gateway.registry.stats()
         logger.info(
-            "sessions=%d attached=%d events=%d resumes=%d connections=%d errors=%s",
+            "sessions=%d attached=%d events=%d resumes=%d connections=%d open=%d "
+            "refused=%s errors=%s",
             stats.sessions,
             stats.attached,
             stats.events_journaled,
             stats.resumes,
             gateway.counters.connections,
+            gateway.connections.total,
+            gateway.counters.refused,
             gateway.counters.errors,
         )
 

@@ -6,30 +6,49 @@ events are journaled and replayed: that is the point), and each ``input`` is
 answered with a few deltas and a ``response.done``, once per
 ``client_event_id``. Everything goes through the registry, as a real engine
 would send it.
+
+Only the session's end stops its work (closed, expired, failed, an overflowed
+journal, the registry shut down). A send that fails or times out is the
+transport's trouble: the event is journaled, the attachment given up by the
+registry, and a resume replays it; the stream and the answers go on.
+
+Dedupe is exact for the session's lifetime: every answered id is remembered
+(as a 16-byte digest) until the session ends, so a repeat is never answered
+twice. The bound is stated: past ``max_inputs_per_session`` distinct ids a new
+id is refused (``input_limit``), never answered.
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import logging
 import random
-from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Literal
 
 import trio
 
-from actors.errors import JournalOverflowError, SessionCrashedError, SessionError
+from actors.errors import (
+    JournalOverflowError,
+    RegistryClosedError,
+    SessionCrashedError,
+    SessionFailedError,
+)
 from supervisor.async_door import AsyncSessionRegistry
 
-__all__ = ["DemoEngine", "EngineConfig"]
+__all__ = ["Answer", "DemoEngine", "EngineConfig"]
 
 logger = logging.getLogger("duplex_supervisor.supervisor")
 
 _WORDS = ("the", "quick", "resumable", "stream", "never", "drops", "an", "event", "again")
 
-#: How many input ids a session remembers for deduplication.
-_REMEMBERED_INPUTS = 4096
+#: What :meth:`DemoEngine.answer` did with an input.
+Answer = Literal["answered", "duplicate", "busy", "input_limit", "gone"]
+
+#: Errors of ``send_event`` that mean the session is over for good.
+_SESSION_ENDED = (KeyError, SessionFailedError, RegistryClosedError)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -39,20 +58,28 @@ class EngineConfig:
     event_rate_hz: float = 20.0
     delta_chars: int = 24
     deltas_per_answer: int = 3
+    #: Distinct input ids a session answers in its lifetime; past it, ``input_limit``.
+    max_inputs_per_session: int = 100_000
 
     def __post_init__(self) -> None:
         if not self.event_rate_hz >= 0:
             raise ValueError("event_rate_hz must be >= 0 (0: answer inputs only)")
         if self.delta_chars < 1 or self.deltas_per_answer < 1:
             raise ValueError("delta_chars and deltas_per_answer must be >= 1")
+        if self.max_inputs_per_session < 1:
+            raise ValueError("max_inputs_per_session must be >= 1")
 
 
 @dataclass(slots=True)
 class _EngineSession:
     scope: trio.CancelScope
-    answered: set[str] = field(default_factory=set)
-    order: deque[str] = field(default_factory=deque)
+    answered: set[bytes] = field(default_factory=set)
+    in_flight: int = 0
     responses: itertools.count[int] = field(default_factory=itertools.count)
+
+
+def _digest(client_event_id: str) -> bytes:
+    return hashlib.blake2b(client_event_id.encode("utf-8"), digest_size=16).digest()
 
 
 class DemoEngine:
@@ -91,20 +118,39 @@ class DemoEngine:
 
     def is_duplicate(self, session_id: str, client_event_id: str) -> bool:
         session = self._sessions.get(session_id)
-        return session is not None and client_event_id in session.answered
+        return session is not None and _digest(client_event_id) in session.answered
 
-    def answer(self, session_id: str, client_event_id: str, text: str) -> bool:
-        """Answer an input once; ``False`` (and nothing sent) for a repeated id."""
+    def in_flight(self, session_id: str) -> int:
         session = self._sessions.get(session_id)
-        if session is None or client_event_id in session.answered:
-            return False
-        session.answered.add(client_event_id)
-        session.order.append(client_event_id)
-        if len(session.order) > _REMEMBERED_INPUTS:
-            session.answered.discard(session.order.popleft())
+        return 0 if session is None else session.in_flight
+
+    def answer(
+        self, session_id: str, client_event_id: str, text: str, *, max_in_flight: int | None = None
+    ) -> Answer:
+        """Answer an input once per id for the session's lifetime.
+
+        ``"duplicate"``: answered before, nothing sent; ``"busy"``: ``max_in_flight``
+        answers are still being sent; ``"input_limit"``: the session answered
+        its maximum of ids; ``"gone"``: no such session. Only ``"answered"``
+        remembers the id: a refused input may be sent again.
+        """
+        session = self._sessions.get(session_id)
+        if session is None:
+            return "gone"
+        digest = _digest(client_event_id)
+        if digest in session.answered:
+            return "duplicate"
+        if len(session.answered) >= self._config.max_inputs_per_session:
+            return "input_limit"
+        if max_in_flight is not None and session.in_flight >= max_in_flight:
+            return "busy"
+        session.answered.add(digest)
+        session.in_flight += 1
         response_id = f"resp_{next(session.responses)}"
-        self._nursery.start_soon(self._respond, session_id, response_id, client_event_id, text)
-        return True
+        self._nursery.start_soon(
+            self._respond, session, session_id, response_id, client_event_id, text
+        )
+        return "answered"
 
     def _delta(self) -> str:
         words: list[str] = []
@@ -124,10 +170,10 @@ class DemoEngine:
             if self._on_overflow is not None:
                 self._on_overflow(session_id)
             return False
-        except (KeyError, SessionError):
+        except _SESSION_ENDED:
             self.stop(session_id)
             return False
-        except Exception:  # noqa: BLE001 - a send error is the transport's; the event is journaled
+        except Exception:  # noqa: BLE001 - the transport's (a send timeout too): it is journaled
             return True
         self.events_produced += 1
         return True
@@ -142,20 +188,28 @@ class DemoEngine:
                     return
 
     async def _respond(
-        self, session_id: str, response_id: str, client_event_id: str, text: str
+        self,
+        session: _EngineSession,
+        session_id: str,
+        response_id: str,
+        client_event_id: str,
+        text: str,
     ) -> None:
-        for _ in range(self._config.deltas_per_answer):
-            delta = {
-                "type": "response.output_text.delta",
+        try:
+            for _ in range(self._config.deltas_per_answer):
+                delta = {
+                    "type": "response.output_text.delta",
+                    "response_id": response_id,
+                    "delta": self._delta(),
+                }
+                if not await self._send(session_id, delta):
+                    return
+            done = {
+                "type": "response.done",
                 "response_id": response_id,
-                "delta": self._delta(),
+                "client_event_id": client_event_id,
+                "input_chars": len(text),
             }
-            if not await self._send(session_id, delta):
-                return
-        done = {
-            "type": "response.done",
-            "response_id": response_id,
-            "client_event_id": client_event_id,
-            "input_chars": len(text),
-        }
-        await self._send(session_id, done)
+            await self._send(session_id, done)
+        finally:
+            session.in_flight -= 1

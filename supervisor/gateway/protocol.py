@@ -16,7 +16,9 @@ attachment_generation}`` or ``session.resumed {session_id, resume_token,
 attachment_generation, replayed}``, then events each carrying
 ``server_event_seq``, ``input.duplicate {client_event_id}`` for a retried
 input, and ``error {code, message}``; a fatal error is followed by a close
-with the code's own close code.
+with the code's own close code. The errors in :data:`NON_FATAL` leave the
+connection open; a refused input's error carries its ``client_event_id``, and
+the input was not answered (it may be sent again).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any, Literal
 __all__ = [
     "CLOSE_CODES",
     "FATAL",
+    "NON_FATAL",
     "Ack",
     "ClientFrame",
     "CloseSession",
@@ -50,6 +53,11 @@ ErrorCode = Literal[
     "session_failed",
     "overloaded",
     "handshake_timeout",
+    "secret_throttled",
+    "too_many_sessions",
+    "rate_limited",
+    "busy",
+    "input_limit",
 ]
 
 #: One close code per error code (4000-4999 are the application's to use).
@@ -62,6 +70,8 @@ CLOSE_CODES: dict[str, int] = {
     "journal_gap": 4410,
     "overflow": 4413,
     "resume_throttled": 4429,
+    "secret_throttled": 4429,
+    "too_many_sessions": 4429,
     "session_failed": 4500,
     "overloaded": 4503,
 }
@@ -69,8 +79,11 @@ CLOSE_CODES: dict[str, int] = {
 #: A socket a resume took over is closed with this code and reason "replaced".
 REPLACED_CLOSE_CODE = 4000
 
-#: Errors after which the connection is closed; the others leave it open.
-FATAL = frozenset(CLOSE_CODES) - {"bad_request"}
+#: Errors that leave the connection open (``bad_request`` is fatal as a first frame).
+NON_FATAL = frozenset({"bad_request", "rate_limited", "busy", "input_limit"})
+
+#: Errors after which the connection is closed with the code's close code.
+FATAL = frozenset(CLOSE_CODES) - NON_FATAL
 
 
 class ProtocolError(Exception):

@@ -10,36 +10,37 @@ Resume follows the seed's flow: ``authenticate_resume`` before anything else,
 by the activation factory so the replay follows it in order, the replaced
 socket closed by the gateway with reason ``replaced``. A connection's handler
 detaches its own attachment generation when the connection ends. Failed
-resumes are throttled per peer address, so the owner coming from another
-address is never locked out.
+resumes and wrong secrets are throttled per peer address, so the owner coming
+from another address is never locked out.
+
+Every step of a connection, from its first byte to its last close, runs in
+that connection's own task under one error boundary (:meth:`Gateway.connection`):
+nothing a peer does ends the server or another connection. Every wait on a
+peer is bounded: the upgrade and first frame by ``handshake_timeout_s``, a
+close by ``close_timeout_s`` (then TCP is aborted), a send by
+``send_timeout_s``, silence by ``idle_timeout_s``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hmac
+import functools
 import json
 import logging
-import secrets
 import ssl
-from collections import deque
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 
 import trio
-from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketRequest, serve_websocket
 
-from actors.credential import ResumeToken
-from actors.errors import (
-    InvalidResumeTokenError,
-    InvalidSequenceError,
-    JournalGapError,
-    SessionCrashedError,
-    SessionError,
-)
+from actors.errors import InvalidSequenceError, SessionCrashedError, SessionError
 from actors.messages import LifecycleEvent
 from supervisor.async_door import AsyncSessionRegistry
 from supervisor.faults import FaultPlan
+from supervisor.gateway.admission import Admission, Close, Send
+from supervisor.gateway.config import GatewayConfig, GatewayCounters
 from supervisor.gateway.engine import DemoEngine, EngineConfig
+from supervisor.gateway.limits import AddressCounter, InputRate, LogLimiter
+from supervisor.gateway.listener import REFUSALS, accept_forever, refuse_raw
 from supervisor.gateway.protocol import (
     CLOSE_CODES,
     FATAL,
@@ -53,6 +54,15 @@ from supervisor.gateway.protocol import (
     error_frame,
     parse_client_frame,
 )
+from supervisor.gateway.websocket import (
+    STREAM_ERRORS,
+    ServerWebSocket,
+    UpgradeRefusedError,
+    WebSocketClosedError,
+    accept,
+    read_upgrade,
+    reject,
+)
 from supervisor.trio_registry import open_session_registry
 
 __all__ = ["Gateway", "GatewayConfig", "GatewayCounters", "serve_gateway"]
@@ -60,96 +70,7 @@ __all__ = ["Gateway", "GatewayConfig", "GatewayCounters", "serve_gateway"]
 logger = logging.getLogger("duplex_supervisor.supervisor")
 
 GOING_AWAY = 1001
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GatewayConfig:
-    """Everything ``duplex-supervisor serve`` takes as flags."""
-
-    host: str = "127.0.0.1"
-    port: int = 8765
-    path: str = "/v1"
-    max_frame_bytes: int = 65_536
-    handshake_timeout_s: float = 5.0
-    ping_interval_s: float = 10.0
-    idle_timeout_s: float = 30.0
-    max_sessions: int = 10_000
-    disconnect_grace_s: float | None = 60.0
-    replay_ttl_s: float = 120.0
-    replay_max_bytes_per_session: int = 4 << 20
-    send_timeout_s: float = 10.0
-    shared_secret: str | None = field(default=None, repr=False)
-    allowed_origins: tuple[str, ...] = ()
-    tls_cert: str | None = None
-    tls_key: str | None = None
-    close_timeout_s: float = 5.0
-    resume_failures_allowed: int = 5
-    resume_failure_window_s: float = 60.0
-
-    def __post_init__(self) -> None:
-        if not self.path.startswith("/"):
-            raise ValueError("path must start with '/'")
-        if self.max_frame_bytes < 256:
-            raise ValueError("max_frame_bytes must be at least 256")
-        if (self.tls_cert is None) != (self.tls_key is None):
-            raise ValueError("TLS needs both a certificate and a key")
-        for name in ("handshake_timeout_s", "ping_interval_s", "idle_timeout_s", "close_timeout_s"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be positive")
-
-
-@dataclass(slots=True)
-class GatewayCounters:
-    connections: int = 0
-    sessions_opened: int = 0
-    resumes: int = 0
-    replaced: int = 0
-    #: Resumes rolled back because the connection ended before the client spoke.
-    unconfirmed_resumes: int = 0
-    errors: dict[str, int] = field(default_factory=dict)
-
-
-class _ResumeThrottle:
-    """More than ``allowed`` failed resumes from one address within ``window_s``."""
-
-    def __init__(self, allowed: int, window_s: float) -> None:
-        self._allowed = allowed
-        self._window_s = window_s
-        self._failures: dict[str, deque[float]] = {}
-
-    def _recent(self, peer: str) -> deque[float]:
-        failures = self._failures.setdefault(peer, deque())
-        cutoff = trio.current_time() - self._window_s
-        while failures and failures[0] <= cutoff:
-            failures.popleft()
-        return failures
-
-    def blocked(self, peer: str) -> bool:
-        return len(self._recent(peer)) >= self._allowed
-
-    def failed(self, peer: str) -> None:
-        self._recent(peer).append(trio.current_time())
-
-
-@dataclass(slots=True)
-class _Activation:
-    """The ``session.resumed`` frame; a ReplayCountingFactory."""
-
-    session_id: str
-
-    def __call__(self, token: ResumeToken, generation: int) -> dict[str, object]:
-        return self.activation_payload(token, generation, -1)
-
-    def activation_payload(
-        self, token: ResumeToken, generation: int, replayed: int
-    ) -> dict[str, object]:
-        return {
-            "type": "session.resumed",
-            "session_id": self.session_id,
-            "resume_token": token.plaintext,
-            "attachment_generation": generation,
-            "replayed": replayed,
-        }
+INTERNAL_ERROR = 1011
 
 
 class Gateway:
@@ -161,21 +82,39 @@ class Gateway:
         self.engine: DemoEngine | None = None
         self.counters = GatewayCounters()
         self.port = config.port
-        self._throttle = _ResumeThrottle(
-            config.resume_failures_allowed, config.resume_failure_window_s
+        self.log = LogLimiter(logger, config.log_interval_s)
+        self._ssl = _ssl_context(config)
+        self.admission = Admission(config, registry, self.counters)
+        self.connections = AddressCounter(
+            config.max_connections, config.max_connections_per_address
         )
-        self._live: dict[str, WebSocketConnection] = {}
-        self._sockets: set[WebSocketConnection] = set()
+        self._live: dict[str, ServerWebSocket] = {}
+        self._sockets: set[ServerWebSocket] = set()
 
     @property
     def url(self) -> str:
         scheme = "wss" if self.config.tls_cert else "ws"
         return f"{scheme}://{self.config.host}:{self.port}{self.config.path}"
 
+    def throttled_addresses(self) -> int:
+        """Addresses the failure throttles hold now (bounded and expiring)."""
+        return self.admission.throttled_addresses()
+
     def observe(self, event: LifecycleEvent) -> None:
-        """Registry observer: a session that ended stops producing."""
-        if event.kind in ("closed", "expired", "failed") and self.engine is not None:
-            self.engine.stop(event.session_id)
+        """Registry observer: a session that ended stops producing and frees its place."""
+        if event.kind in ("closed", "expired", "failed"):
+            if self.engine is not None:
+                self.engine.stop(event.session_id)
+            self.admission.release(event.session_id)
+        elif event.kind in ("send_timeout", "send_failed"):
+            # The attachment is given up, never the session: the engine goes
+            # on journaling, and a resume replays what the client missed.
+            self._log(
+                logging.INFO,
+                event.kind,
+                "gave up a client's connection (%s); its session waits for a resume",
+                event.kind,
+            )
 
     def on_overflow(self, session_id: str) -> None:
         ws = self._live.get(session_id)
@@ -191,37 +130,84 @@ class Gateway:
                 for ws in list(self._sockets):
                     nursery.start_soon(ws.aclose, GOING_AWAY, "going_away")
 
+    def _log(self, level: int, kind: str, message: str, *args: object, **kw: object) -> None:
+        self.log.log(level, kind, message, *args, now=trio.current_time(), **kw)  # type: ignore[arg-type]
+
     # -- one connection ------------------------------------------------------------
 
-    async def handle(self, request: WebSocketRequest) -> None:
-        if request.path.split("?", 1)[0] != self.config.path:
-            await request.reject(404)
+    async def connection(self, sock: trio.socket.SocketType, peer: str) -> None:
+        """One TCP connection, accepted and not yet read, inside its error boundary."""
+        refusal = self.connections.refusal(peer)
+        if refusal is not None:
+            self.counters.refused[refusal] = self.counters.refused.get(refusal, 0) + 1
+            self._log(logging.WARNING, "refused", "refused a connection: %s cap reached", refusal)
+            with trio.CancelScope(shield=True):
+                if self._ssl is None:
+                    await refuse_raw(sock, REFUSALS[refusal], linger_s=1.0)
+                else:
+                    sock.close()
             return
-        if self.config.allowed_origins:
-            origin = dict(request.headers).get(b"origin", b"").decode("latin-1")
-            if origin not in self.config.allowed_origins:
-                await request.reject(403)
-                return
-        ws = await request.accept()
+        self.connections.take(peer)
         self.counters.connections += 1
-        remote = request.remote
-        peer = str(getattr(remote, "address", remote))
+        stream: trio.abc.Stream = trio.SocketStream(sock)
+        try:
+            if self._ssl is not None:
+                stream = trio.SSLStream(stream, self._ssl, server_side=True, https_compatible=True)
+            async with trio.open_nursery() as nursery:
+                ws = await self._upgrade(stream, peer)
+                if ws is not None:
+                    nursery.start_soon(ws.run_reader)
+                    await self._attached(ws, peer)
+                nursery.cancel_scope.cancel()
+        except* (WebSocketClosedError, UpgradeRefusedError, *STREAM_ERRORS):
+            pass  # the peer left, or spoke no WebSocket: this connection ends
+        except* Exception as group:  # noqa: BLE001 - the boundary: logged, never raised
+            self._log(logging.ERROR, "handler", "a connection failed", exc_info=group)
+        finally:
+            self.connections.release(peer)
+            with trio.CancelScope(shield=True):
+                await trio.aclose_forcefully(stream)
+
+    async def _upgrade(self, stream: trio.abc.Stream, peer: str) -> ServerWebSocket | None:
+        """The TLS handshake and the HTTP upgrade, within the handshake timeout."""
+        with trio.move_on_after(self.config.handshake_timeout_s):
+            upgrade = await read_upgrade(stream)
+            if upgrade.path.split("?", 1)[0] != self.config.path:
+                await reject(stream, upgrade.http, 404)
+                return None
+            if self.config.allowed_origins:
+                origin = upgrade.headers.get(b"origin", b"").decode("latin-1")
+                if origin not in self.config.allowed_origins:
+                    await reject(stream, upgrade.http, 403)
+                    return None
+            return await accept(
+                stream,
+                upgrade,
+                peer=peer,
+                # Ours answers oversize frames first; this cap only stops a
+                # peer that floods far past it (1009).
+                max_message_bytes=self.config.max_frame_bytes * 4,
+                close_timeout_s=self.config.close_timeout_s,
+            )
+        return None
+
+    async def _attached(self, ws: ServerWebSocket, peer: str) -> None:
         self._sockets.add(ws)
+        closing: tuple[int, str | None] = (1000, None)
         try:
             await self._serve(ws, peer)
-        except* ConnectionClosed:
-            # Also out of _converse's nursery, in a group: this connection
-            # ended, and the handler nursery every session shares must not.
+        except* WebSocketClosedError:
             pass
-        except* Exception as group:
+        except* Exception as group:  # noqa: BLE001 - the boundary: logged, 1011
             # A bug of ours: this connection ends (1011), the gateway does not.
-            logger.error("a connection's handler failed", exc_info=group)
-            with trio.move_on_after(1), contextlib.suppress(ConnectionClosed):
-                await ws.aclose(1011, "internal_error")
+            self._log(logging.ERROR, "handler", "a connection's handler failed", exc_info=group)
+            closing = (INTERNAL_ERROR, "internal_error")
         finally:
             self._sockets.discard(ws)
+            with trio.CancelScope(shield=True):
+                await ws.aclose(*closing)
 
-    async def _serve(self, ws: WebSocketConnection, peer: str) -> None:
+    async def _serve(self, ws: ServerWebSocket, peer: str) -> None:
         first: str | bytes = ""
         with trio.move_on_after(self.config.handshake_timeout_s) as waited:
             first = await ws.get_message()
@@ -231,9 +217,14 @@ class Gateway:
         try:
             frame = self._parse(first)
             if isinstance(frame, OpenSession):
-                session_id, generation = await self._open(ws, frame)
+                assert self.engine is not None  # noqa: S101 - set before serving
+                send, close = self._transport(ws)
+                session_id, generation = await self.admission.open(
+                    send, close, peer, frame, self.engine
+                )
             elif isinstance(frame, ResumeSession):
-                session_id, generation = await self._resume(ws, peer, frame)
+                send, close = self._transport(ws)
+                session_id, generation = await self.admission.resume(send, close, peer, frame)
             else:
                 raise ProtocolError("bad_request", "first frame must be session.open or resume")
         except ProtocolError as error:
@@ -242,7 +233,9 @@ class Gateway:
         except SessionError as exc:
             # A crash (retryable) or a failed session: this client is told,
             # the gateway and every other session go on.
-            logger.warning("a session open/resume failed: %s", type(exc).__name__)
+            self._log(
+                logging.WARNING, "open", "a session open/resume failed: %s", type(exc).__name__
+            )
             await self._fatal(ws, ProtocolError("session_failed", type(exc).__name__))
             return
         self._live[session_id] = ws
@@ -276,8 +269,8 @@ class Gateway:
             raise ProtocolError("bad_request", f"frame over {limit} bytes")
         return parse_client_frame(message)
 
-    def _transport(self, ws: WebSocketConnection) -> tuple[object, object]:
-        async def send(frame: dict[str, object]) -> None:
+    def _transport(self, ws: ServerWebSocket) -> tuple[Send, Close]:
+        async def send(frame: Mapping[str, object]) -> None:
             await ws.send_message(json.dumps(frame, separators=(",", ":"), ensure_ascii=False))
 
         async def close(reason: str) -> None:
@@ -286,104 +279,24 @@ class Gateway:
 
         return send, close
 
-    async def _open(self, ws: WebSocketConnection, frame: OpenSession) -> tuple[str, int]:
-        expected = self.config.shared_secret
-        if expected is not None and not (
-            frame.secret is not None
-            and hmac.compare_digest(frame.secret.encode(), expected.encode())
-        ):
-            raise ProtocolError("unauthorized", "session.open needs the gateway's secret")
-        if len(self.registry.session_ids()) >= self.config.max_sessions:
-            raise ProtocolError("overloaded", "the gateway holds its maximum of sessions")
-        assert self.engine is not None  # noqa: S101 - serve_gateway sets it before serving
-        session_id = "sess_" + secrets.token_urlsafe(12)
-        send, close = self._transport(ws)
-        created = await self.registry.create(session_id, send=send, close=close)  # type: ignore[arg-type]
-        created_frame = {
-            "type": "session.created",
-            "session_id": session_id,
-            "resume_token": created.resume_token.plaintext,
-            "attachment_generation": created.attachment_generation,
-        }
-        await self.registry.send_event(session_id, created_frame, journal=False)
-        self.engine.start(session_id)
-        self.counters.sessions_opened += 1
-        return session_id, created.attachment_generation
-
-    async def _resume(
-        self, ws: WebSocketConnection, peer: str, frame: ResumeSession
-    ) -> tuple[str, int]:
-        if self._throttle.blocked(peer):
-            raise ProtocolError("resume_throttled", "too many failed resumes from this address")
-        session_id = frame.session_id
-        try:
-            await self.registry.authenticate_resume(
-                session_id,
-                resume_token=frame.resume_token,
-                last_received_server_event_seq=frame.last_received_server_event_seq,
-            )
-        except InvalidResumeTokenError:
-            self._throttle.failed(peer)
-            raise ProtocolError("invalid_resume_token", "the resume token is not valid") from None
-        except KeyError:
-            self._throttle.failed(peer)
-            raise ProtocolError("unknown_session", "no such session") from None
-        except JournalGapError as gap:
-            raise ProtocolError(
-                "journal_gap",
-                "events after that sequence are gone",
-                requested=gap.requested,
-                first_retained=gap.first_retained,
-                head=gap.head,
-                reason=gap.reason,
-            ) from None
-        except InvalidSequenceError as exc:
-            raise ProtocolError("bad_request", str(exc)) from None
-        send, close = self._transport(ws)
-        await self.registry.begin_resume(session_id)
-        try:
-            result = await self.registry.resume(
-                session_id,
-                resume_token=frame.resume_token,
-                last_received_server_event_seq=frame.last_received_server_event_seq,
-                send=send,  # type: ignore[arg-type]
-                close=close,  # type: ignore[arg-type]
-                activation_payload_factory=_Activation(session_id),
-            )
-        except InvalidResumeTokenError:
-            # Lost a race with another resume of the same token.
-            self._throttle.failed(peer)
-            raise ProtocolError("invalid_resume_token", "the resume token is not valid") from None
-        except (KeyError, SessionError) as exc:
-            raise ProtocolError("session_failed", type(exc).__name__) from None
-        finally:
-            with trio.CancelScope(shield=True):
-                await self.registry.end_resume(session_id)
-        self.counters.resumes += 1
-        if result.replaced_attachment is not None:
-            self.counters.replaced += 1
-            with trio.move_on_after(2):
-                await result.replaced_attachment.close("replaced")
-        return session_id, result.attachment_generation
-
-    async def _converse(self, ws: WebSocketConnection, session_id: str, heard: list[bool]) -> None:
+    async def _converse(self, ws: ServerWebSocket, session_id: str, heard: list[bool]) -> None:
+        rate = InputRate(self.config.max_inputs_per_second)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._keepalive, ws, nursery.cancel_scope)
             while True:
                 try:
                     message = await ws.get_message()
-                except ConnectionClosed:
+                except WebSocketClosedError:
                     break
                 heard[0] = True
-                if not await self._on_frame(ws, session_id, message):
+                if not await self._on_frame(ws, session_id, message, rate):
                     break
             nursery.cancel_scope.cancel()
 
     async def _on_frame(
-        self, ws: WebSocketConnection, session_id: str, message: str | bytes
+        self, ws: ServerWebSocket, session_id: str, message: str | bytes, rate: InputRate
     ) -> bool:
         """Handle one frame after the handshake; ``False`` ends the connection."""
-        assert self.engine is not None  # noqa: S101
         try:
             try:
                 frame = self._parse(message)
@@ -393,11 +306,8 @@ class Gateway:
                     except InvalidSequenceError as exc:
                         raise ProtocolError("bad_request", str(exc)) from None
                 elif isinstance(frame, Input):
-                    if not self.engine.answer(session_id, frame.client_event_id, frame.text):
-                        duplicate = {
-                            "type": "input.duplicate",
-                            "client_event_id": frame.client_event_id,
-                        }
+                    duplicate = self._input(session_id, frame, rate)
+                    if duplicate is not None:
                         await self.registry.send_event(session_id, duplicate, journal=False)
                 elif isinstance(frame, CloseSession):
                     await self._end_session(session_id, ws, None)
@@ -410,15 +320,45 @@ class Gateway:
         except KeyError:
             await self._fatal(ws, ProtocolError("session_failed", "the session is gone"))
             return False
-        except (ConnectionClosed, SessionError):
+        except (WebSocketClosedError, SessionError):
             # An answer's send failed (the peer left, or stopped reading past
             # the send timeout) or the session failed under us: this
             # connection ends, not the server with every other session.
             return False
         return True
 
+    def _input(self, session_id: str, frame: Input, rate: InputRate) -> dict[str, object] | None:
+        """Start answering an input; the ``input.duplicate`` frame for a repeat;
+        :class:`ProtocolError` for one refused (it is not remembered)."""
+        assert self.engine is not None  # noqa: S101
+        cid = frame.client_event_id
+        if not rate.allow(trio.current_time()):
+            raise ProtocolError(
+                "rate_limited",
+                f"more than {self.config.max_inputs_per_second:g} inputs a second",
+                client_event_id=cid,
+            )
+        outcome = self.engine.answer(
+            session_id, cid, frame.text, max_in_flight=self.config.max_inputs_in_flight
+        )
+        if outcome == "duplicate":
+            return {"type": "input.duplicate", "client_event_id": cid}
+        if outcome == "busy":
+            raise ProtocolError(
+                "busy",
+                f"{self.config.max_inputs_in_flight} answers are still on their way",
+                client_event_id=cid,
+            )
+        if outcome == "input_limit":
+            raise ProtocolError(
+                "input_limit", "the session answered its maximum of inputs", client_event_id=cid
+            )
+        if outcome == "gone":
+            raise KeyError(session_id)
+        return None
+
     async def _end_session(
-        self, session_id: str, ws: WebSocketConnection, error: ProtocolError | None
+        self, session_id: str, ws: ServerWebSocket, error: ProtocolError | None
     ) -> None:
         if self.engine is not None:
             self.engine.stop(session_id)
@@ -432,31 +372,37 @@ class Gateway:
         else:
             await self._fatal(ws, error)
 
-    async def _keepalive(self, ws: WebSocketConnection, scope: trio.CancelScope) -> None:
+    async def _keepalive(self, ws: ServerWebSocket, scope: trio.CancelScope) -> None:
         while True:
             await trio.sleep(self.config.ping_interval_s)
             with trio.move_on_after(self.config.idle_timeout_s) as waited:
                 try:
                     await ws.ping()
-                except ConnectionClosed:
+                except WebSocketClosedError:
                     scope.cancel()
                     return
             if waited.cancelled_caught:
-                logger.info("a peer went silent past the idle timeout; detaching it")
+                self._log(logging.INFO, "idle", "a peer went silent past the idle timeout")
                 scope.cancel()
                 return
 
     def _count(self, error: ProtocolError) -> None:
         self.counters.errors[error.code] = self.counters.errors.get(error.code, 0) + 1
 
-    async def _fatal(self, ws: WebSocketConnection, error: ProtocolError) -> None:
+    async def _fatal(self, ws: ServerWebSocket, error: ProtocolError) -> None:
         self._count(error)
         try:
             await ws.send_message(json.dumps(error_frame(error)))
             code = CLOSE_CODES[error.code] if error.code in FATAL else CLOSE_CODES["bad_request"]
             await ws.aclose(code, error.code)
-        except ConnectionClosed:
+        except WebSocketClosedError:
             pass
+
+
+async def _flush_logs(gateway: Gateway) -> None:
+    while True:
+        await trio.sleep(gateway.config.log_interval_s)
+        gateway.log.flush(trio.current_time())
 
 
 def _ssl_context(config: GatewayConfig) -> ssl.SSLContext | None:
@@ -507,24 +453,20 @@ async def serve_gateway(
                     gateway.engine = DemoEngine(
                         registry, nursery, engine_config, on_overflow=gateway.on_overflow
                     )
-                    server = await nursery.start(
-                        lambda task_status: serve_websocket(
-                            gateway.handle,
-                            config.host,
-                            config.port,
-                            _ssl_context(config),
-                            handler_nursery=nursery,
-                            # Ours answers oversize frames first; the library's
-                            # cap only stops a peer that floods far past it.
-                            max_message_size=config.max_frame_bytes * 4,
-                            connect_timeout=config.handshake_timeout_s,
-                            # A half-open peer never answers our close: do
-                            # not hold its handler for the library's minute.
-                            disconnect_timeout=config.close_timeout_s,
-                            task_status=task_status,
+                    listeners = await trio.open_tcp_listeners(config.port, host=config.host)
+                    gateway.port = listeners[0].socket.getsockname()[1]
+                    for listener in listeners:
+                        nursery.start_soon(
+                            functools.partial(
+                                accept_forever,
+                                listener.socket,
+                                gateway.connection,
+                                nursery,
+                                log=gateway.log,
+                                plain_http=config.tls_cert is None,
+                            )
                         )
-                    )
-                    gateway.port = server.port
+                    nursery.start_soon(_flush_logs, gateway)
                     serving.shield = True
                     task_status.started()
 

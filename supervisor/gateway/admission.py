@@ -1,0 +1,196 @@
+"""Letting clients in: opening and resuming sessions for the gateway.
+
+A ``session.open`` passes the shared secret (wrong ones are throttled per
+address) and the session caps, which are reserved before the awaited create
+so concurrent opens cannot pass them; a ``session.resume`` follows the seed's
+flow (``authenticate_resume``, then ``begin_resume``/``resume``/``end_resume``)
+with failed attempts throttled per address. A session's place is given back
+when it ends (:meth:`Admission.release`, from the registry's observer).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import secrets
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+
+import trio
+
+from actors.credential import ResumeToken
+from actors.errors import (
+    InvalidResumeTokenError,
+    InvalidSequenceError,
+    JournalGapError,
+    SessionError,
+)
+from supervisor.async_door import AsyncSessionRegistry
+from supervisor.gateway.config import GatewayConfig, GatewayCounters
+from supervisor.gateway.engine import DemoEngine
+from supervisor.gateway.limits import AddressCounter, FailureThrottle
+from supervisor.gateway.protocol import OpenSession, ProtocolError, ResumeSession
+
+__all__ = ["Admission"]
+
+Send = Callable[[Mapping[str, object]], Awaitable[None]]
+Close = Callable[[str], Awaitable[None]]
+
+
+@dataclass(slots=True)
+class _Activation:
+    """The ``session.resumed`` frame; a ReplayCountingFactory."""
+
+    session_id: str
+
+    def __call__(self, token: ResumeToken, generation: int) -> dict[str, object]:
+        return self.activation_payload(token, generation, -1)
+
+    def activation_payload(
+        self, token: ResumeToken, generation: int, replayed: int
+    ) -> dict[str, object]:
+        return {
+            "type": "session.resumed",
+            "session_id": self.session_id,
+            "resume_token": token.plaintext,
+            "attachment_generation": generation,
+            "replayed": replayed,
+        }
+
+
+class Admission:
+    """The gateway's door for sessions: secrets, caps, throttles."""
+
+    def __init__(
+        self, config: GatewayConfig, registry: AsyncSessionRegistry, counters: GatewayCounters
+    ) -> None:
+        self.config = config
+        self.registry = registry
+        self.counters = counters
+        self._throttle = FailureThrottle(
+            config.resume_failures_allowed,
+            config.resume_failure_window_s,
+            config.throttle_max_addresses,
+        )
+        self._secret_throttle = FailureThrottle(
+            config.secret_failures_allowed,
+            config.secret_failure_window_s,
+            config.throttle_max_addresses,
+        )
+        # Counted from before the awaited create (a reservation) to the
+        # session's end, so concurrent opens cannot pass the caps.
+        self.sessions = AddressCounter(config.max_sessions, config.max_sessions_per_address)
+        self._session_owner: dict[str, str] = {}
+
+    def throttled_addresses(self) -> int:
+        """Addresses the failure throttles hold now (bounded and expiring)."""
+        return len(self._throttle) + len(self._secret_throttle)
+
+    def release(self, session_id: str) -> None:
+        """The session ended: its place is free (idempotent)."""
+        owner = self._session_owner.pop(session_id, None)
+        if owner is not None:
+            self.sessions.release(owner)
+
+    async def open(
+        self, send: Send, close: Close, peer: str, frame: OpenSession, engine: DemoEngine
+    ) -> tuple[str, int]:
+        """Check the secret and the caps, create the session, send ``session.created``."""
+        expected = self.config.shared_secret
+        if expected is not None:
+            now = trio.current_time()
+            if self._secret_throttle.blocked(peer, now):
+                raise ProtocolError("secret_throttled", "too many wrong secrets from this address")
+            if not (
+                frame.secret is not None
+                and hmac.compare_digest(frame.secret.encode(), expected.encode())
+            ):
+                self._secret_throttle.failed(peer, now)
+                raise ProtocolError("unauthorized", "session.open needs the gateway's secret")
+        refusal = self.sessions.refusal(peer)
+        if refusal == "total":
+            raise ProtocolError("overloaded", "the gateway holds its maximum of sessions")
+        if refusal == "address":
+            raise ProtocolError("too_many_sessions", "this address holds its maximum of sessions")
+        session_id = "sess_" + secrets.token_urlsafe(12)
+        # Reserved before the awaited create: concurrent opens see it.
+        self.sessions.take(peer)
+        self._session_owner[session_id] = peer
+        try:
+            created = await self.registry.create(session_id, send=send, close=close)
+        except BaseException:
+            self.release(session_id)
+            raise
+        created_frame = {
+            "type": "session.created",
+            "session_id": session_id,
+            "resume_token": created.resume_token.plaintext,
+            "attachment_generation": created.attachment_generation,
+        }
+        try:
+            await self.registry.send_event(session_id, created_frame, journal=False)
+        except BaseException:
+            # The token never reached anyone: nobody could resume this session.
+            with trio.CancelScope(shield=True), contextlib.suppress(Exception):
+                await self.registry.close(session_id)
+            self.release(session_id)
+            raise
+        engine.start(session_id)
+        self.counters.sessions_opened += 1
+        return session_id, created.attachment_generation
+
+    async def resume(
+        self, send: Send, close: Close, peer: str, frame: ResumeSession
+    ) -> tuple[str, int]:
+        """The seed's resume flow; the replaced socket, if any, is closed ``replaced``."""
+        if self._throttle.blocked(peer, trio.current_time()):
+            raise ProtocolError("resume_throttled", "too many failed resumes from this address")
+        session_id = frame.session_id
+        try:
+            await self.registry.authenticate_resume(
+                session_id,
+                resume_token=frame.resume_token,
+                last_received_server_event_seq=frame.last_received_server_event_seq,
+            )
+        except InvalidResumeTokenError:
+            self._throttle.failed(peer, trio.current_time())
+            raise ProtocolError("invalid_resume_token", "the resume token is not valid") from None
+        except KeyError:
+            self._throttle.failed(peer, trio.current_time())
+            raise ProtocolError("unknown_session", "no such session") from None
+        except JournalGapError as gap:
+            raise ProtocolError(
+                "journal_gap",
+                "events after that sequence are gone",
+                requested=gap.requested,
+                first_retained=gap.first_retained,
+                head=gap.head,
+                reason=gap.reason,
+            ) from None
+        except InvalidSequenceError as exc:
+            raise ProtocolError("bad_request", str(exc)) from None
+        await self.registry.begin_resume(session_id)
+        try:
+            result = await self.registry.resume(
+                session_id,
+                resume_token=frame.resume_token,
+                last_received_server_event_seq=frame.last_received_server_event_seq,
+                send=send,
+                close=close,
+                activation_payload_factory=_Activation(session_id),
+            )
+        except InvalidResumeTokenError:
+            # Lost a race with another resume of the same token.
+            self._throttle.failed(peer, trio.current_time())
+            raise ProtocolError("invalid_resume_token", "the resume token is not valid") from None
+        except (KeyError, SessionError) as exc:
+            raise ProtocolError("session_failed", type(exc).__name__) from None
+        finally:
+            with trio.CancelScope(shield=True):
+                await self.registry.end_resume(session_id)
+        self.counters.resumes += 1
+        if result.replaced_attachment is not None:
+            self.counters.replaced += 1
+            with trio.move_on_after(2):
+                await result.replaced_attachment.close("replaced")
+        return session_id, result.attachment_generation

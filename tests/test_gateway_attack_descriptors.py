@@ -1,0 +1,148 @@
+"""Peers that never finish a close, and a server out of descriptors.
+
+A close handshake is bounded: a peer that never answers the close frame has
+its TCP connection aborted after ``--close-timeout``, so the descriptor comes
+back whatever the peer does. Out of descriptors (a lowered RLIMIT_NOFILE),
+the server sheds new connections with a 503, logs that once per interval,
+keeps streaming to the sessions it has, and serves again once descriptors
+come back.
+"""
+
+from __future__ import annotations
+
+import trio
+from wsproto.events import AcceptConnection, CloseConnection
+
+from tests.attack_support import (
+    LIMIT,
+    RawClient,
+    ServerProcess,
+    json_frame,
+    server_process,
+)
+
+FAST = ["--handshake-timeout", "0.3", "--close-timeout", "0.3"]
+
+
+async def _silent_upgrades(count: int, server: ServerProcess) -> list[RawClient]:
+    clients = []
+    for _ in range(count):
+        client = await server.client()
+        await client.send(server.request(client))
+        await client.accepted()
+        clients.append(client)
+    return clients
+
+
+async def test_peers_that_never_answer_a_close_are_cut_after_the_close_timeout() -> None:
+    with trio.fail_after(LIMIT):
+        async with server_process(*FAST, "--event-rate", "0") as server:
+            baseline = server.descriptors()
+            # No first frame: the server says 4408 and closes; these peers
+            # read that but never answer, and never close their end.
+            clients = await _silent_upgrades(30, server)
+            try:
+                assert server.descriptors() >= baseline + 30
+                for client in clients:
+                    frames, closed = await client.until_closed()
+                    assert [f.get("code") for f in frames] == ["handshake_timeout"]
+                    assert isinstance(closed, CloseConnection) and closed.code == 4408
+                    # Unanswered, the close ends in a TCP abort: the stream ends.
+                    assert await client.event() is None
+                while server.descriptors() > baseline:
+                    await trio.sleep(0.02)
+                await server.serves()
+            finally:
+                for client in clients:
+                    await client.aclose()
+
+
+async def test_an_overflow_close_is_bounded_too() -> None:
+    flags = [*FAST, "--replay-max-bytes", "2000", "--event-rate", "200"]
+    with trio.fail_after(LIMIT):
+        async with server_process(*flags) as server:
+            client, created = await server.open_session()
+            try:
+                assert created["type"] == "session.created"
+                # Never acknowledged, the journal overflows; the close is not answered.
+                frames, closed = await client.until_closed()
+                assert [f.get("code") for f in frames if f.get("type") == "error"] == ["overflow"]
+                assert isinstance(closed, CloseConnection) and closed.code == 4413
+                assert await client.event() is None
+                await server.serves()
+            finally:
+                await client.aclose()
+
+
+async def test_out_of_descriptors_sheds_new_connections_and_serves_the_rest() -> None:
+    flood = 80  # connections, against a limit of 48 descriptors
+    flags = ["--handshake-timeout", "30", "--log-interval", "600", "--event-rate", "50"]
+    with trio.fail_after(LIMIT):
+        async with server_process(*flags, nofile=48) as server:
+            neighbour, created = await server.open_session()
+            held: list[RawClient] = []
+            try:
+                assert created["type"] == "session.created"
+                for _ in range(flood):
+                    held.append(await server.client())
+                # Each asks for an upgrade: those the server holds get 101, the
+                # shed ones got a 503 (or, closed already, nothing).
+                accepted = 0
+                for client in held:
+                    try:
+                        await client.send(server.request(client))
+                    except trio.BrokenResourceError:
+                        continue
+                    event = await client.event()
+                    accepted += isinstance(event, AcceptConnection)
+                assert 0 < accepted < flood
+                await server.wait_log("out of descriptors")
+                assert server.log_count("503") == 0  # the answer goes to clients, not the log
+                # The session it had streams on, without a gap.
+                last = 0
+                for _ in range(20):
+                    frame = await neighbour.frame()
+                    assert isinstance(frame, dict), frame
+                    seq = frame.get("server_event_seq")
+                    assert seq == last + 1, (last, frame)
+                    last = seq
+                    assert isinstance(last, int)
+                await neighbour.send(json_frame({"type": "ack", "server_event_seq": last}))
+                # One log line for the whole flood (the interval is longer than the test).
+                assert server.log_count("out of descriptors") == 1, server.log.decode()
+            finally:
+                for client in held:
+                    await client.aclose()
+            # Descriptors back: new sessions open again.
+            while True:
+                try:
+                    await server.serves()
+                    break
+                except (AssertionError, trio.BrokenResourceError):
+                    await trio.sleep(0.05)
+            await neighbour.aclose()
+
+
+async def test_a_trickled_upgrade_is_cut_at_the_handshake_timeout() -> None:
+    with trio.fail_after(LIMIT):
+        async with server_process(*FAST, "--event-rate", "0") as server:
+            baseline = server.descriptors()
+            client = await server.client()
+            try:
+                request = server.request(client)
+                sent = 0
+                # One byte every 50 ms: the request would take seconds; the
+                # server gives the whole upgrade 0.3 s, then drops the socket.
+                with trio.move_on_after(LIMIT / 2):
+                    while sent < len(request):
+                        await client.send(request[sent : sent + 1])
+                        sent += 1
+                        await trio.sleep(0.05)
+                assert sent < len(request)
+            except trio.BrokenResourceError:
+                pass  # cut: what the test is after
+            finally:
+                await client.aclose()
+            while server.descriptors() > baseline:
+                await trio.sleep(0.02)
+            await server.serves()
