@@ -73,7 +73,9 @@ class ReplayCountingFactory(Protocol):
 
     def activation_payload(
         self, token: ResumeToken, generation: int, replayed: int
-    ) -> Mapping[str, object]: ...
+    ) -> Mapping[str, object]:
+        """The activation frame, knowing that ``replayed`` events follow it."""
+        ...
 
 
 def local(default: object = MISSING) -> Any:
@@ -274,6 +276,7 @@ LifecycleKind = Literal[
     "reactivated",
     "registry_unhealthy",
     "registry_healthy",
+    "event_refused",
 ]
 
 

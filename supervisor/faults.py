@@ -76,7 +76,19 @@ class _Rule:
 
 
 class FaultPlan:
-    """Armed faults; see the module docstring."""
+    """Faults to inject into a registry, for tests: pass ``faults=plan`` to any door.
+
+    Arm faults before or while the registry runs; each fires as many times
+    as armed, then disarms. ``hits`` counts every failpoint reached and
+    ``fired`` every fault that fired, by name. Thread-safe.
+
+    Example::
+
+        plan = FaultPlan()
+        plan.crash("send_event.recorded", session_id="s1")
+        plan.fail_send("s1", nth=3)
+        plan.jump_clock(60)
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -90,7 +102,8 @@ class FaultPlan:
 
     @staticmethod
     def failpoint_names() -> tuple[str, ...]:
-        """The commands' failpoints (what a crash mid-command can hit)."""
+        """The commands' failpoints, ``"<command>.<step>"`` (see also
+        :meth:`lifecycle_failpoint_names`)."""
         return FAILPOINTS
 
     @staticmethod
@@ -101,6 +114,17 @@ class FaultPlan:
     # -- arming ---------------------------------------------------------------
 
     def crash(self, failpoint: str, *, session_id: str | None = None, times: int = 1) -> None:
+        """Crash the next ``times`` passes of ``failpoint`` (of ``session_id``, or any).
+
+        At a command's failpoint the command's caller gets
+        ``SessionCrashedError`` and the supervisor decides (see
+        ``RestartPolicy``); at a lifecycle one (``passivate.*``,
+        ``reactivate.*``) no caller sees it: the session stays live, or
+        parked until the supervisor restarts or closes it.
+
+        Raises:
+            ValueError: an unknown failpoint, or ``times < 1``.
+        """
         if failpoint not in FAILPOINTS and failpoint not in LIFECYCLE_FAILPOINTS:
             raise ValueError(f"unknown failpoint {failpoint!r}; see FaultPlan.failpoint_names()")
         if times < 1:
@@ -109,12 +133,18 @@ class FaultPlan:
             self._rules.append(_Rule(failpoint, session_id, times))
 
     def crash_supervisor(self, *, times: int = 1) -> None:
+        """Crash the supervisor on its next ``times`` messages; a new one takes over."""
         if times < 1:
             raise ValueError("times must be >= 1")
         with self._lock:
             self._supervisor_crashes += times
 
     def jump_clock(self, seconds: float) -> None:
+        """Move the registry's clock forward by ``seconds`` (TTLs and grace see it).
+
+        Raises:
+            ValueError: a negative jump.
+        """
         if seconds < 0:
             raise ValueError("the clock only jumps forward")
         with self._lock:
@@ -128,23 +158,32 @@ class FaultPlan:
         generation: int | None = None,
         error: BaseException | None = None,
     ) -> None:
+        """Make the ``nth`` send of the session's attachment raise ``error``.
+
+        ``ConnectionResetError`` by default; ``generation`` limits it to one
+        attachment generation. Sends are counted per attachment, from 1.
+        """
         self._add_send(session_id, generation, nth, TransportAction("fail", error=error))
 
     def hang_send(self, session_id: str, *, nth: int = 1, generation: int | None = None) -> None:
+        """Make the ``nth`` send of the session's attachment hang (until ``send_timeout_s``)."""
         self._add_send(session_id, generation, nth, TransportAction("hang"))
 
     def delay_send(
         self, session_id: str, *, seconds: float, nth: int = 1, generation: int | None = None
     ) -> None:
+        """Delay the ``nth`` send of the session's attachment by ``seconds`` (real time)."""
         if seconds < 0:
             raise ValueError("seconds must be >= 0")
         self._add_send(session_id, generation, nth, TransportAction("delay", seconds=seconds))
 
     def fail_close(self, session_id: str, *, times: int = 1) -> None:
+        """Make the next ``times`` transport closes of the session fail (logged, ignored)."""
         with self._lock:
             self._close_failures[session_id] += times
 
     def clear(self) -> None:
+        """Disarm every fault (clock jumps stay)."""
         with self._lock:
             self._rules.clear()
             self._send_rules.clear()
@@ -169,6 +208,7 @@ class FaultPlan:
         raise InjectedFaultError(f"injected fault at {name} in session {session_id}")
 
     def supervisor_hit(self, step: str) -> None:
+        """The supervisor's hook: raise if a supervisor crash is armed."""
         with self._lock:
             if self._supervisor_crashes == 0:
                 return
@@ -193,6 +233,7 @@ class FaultPlan:
         return None
 
     def check_close(self, session_id: str) -> None:
+        """The outbox's hook before a transport close: raise if a close failure is armed."""
         with self._lock:
             if self._close_failures[session_id] <= 0:
                 return

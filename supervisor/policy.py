@@ -61,11 +61,13 @@ class RestartPolicy:
         return limit is None or len(crash_times) <= limit
 
     def forget_stale(self, crash_times: list[float], now: float) -> None:
+        """Drop, in place, the crash times that left the window at ``now``."""
         cutoff = now - self.within_s
         if crash_times and crash_times[0] <= cutoff:
             crash_times[:] = [t for t in crash_times if t > cutoff]
 
     def backoff_s_for(self, restarts: int) -> float:
+        """The delay before the ``restarts``-th restart within the window."""
         if self.backoff_s == 0 or restarts <= 0:
             return 0.0
         base = min(self.max_backoff_s, self.backoff_s * 2 ** (restarts - 1))

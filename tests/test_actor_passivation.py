@@ -12,7 +12,7 @@ from supervisor.actor import START_RETRY_S
 from supervisor.faults import FaultPlan
 from supervisor.policy import RestartPolicy
 from supervisor.threads import ThreadSessionRegistry
-from tests.test_actor_support import (
+from tests.actor_support import (
     WAIT,
     Background,
     Events,
@@ -54,9 +54,9 @@ def test_a_detached_idle_session_is_parked_and_its_next_message_brings_it_back()
     clock, events = FakeClock(), Events()
     with registry(clock=clock, observer=events) as reg:
         wire = Wire()
-        created = reg.create("s", send=wire.send, close=wire.close)
+        created = reg.create("s", send=wire.send_blocking, close=wire.close_blocking)
         reg.send_events("s", [{"n": 1}, {"n": 2}])
-        reg.create("attached", send=Wire().send, close=lambda r: None)
+        reg.create("attached", send=Wire().send_blocking, close=lambda r: None)
         assert reg.detach("s") is True
         _park(reg, clock, events, "s")
         assert _threads("s") == []
@@ -74,8 +74,8 @@ def test_a_detached_idle_session_is_parked_and_its_next_message_brings_it_back()
             "s",
             resume_token=created.resume_token.plaintext,
             last_received_server_event_seq=0,
-            send=second.send,
-            close=second.close,
+            send=second.send_blocking,
+            close=second.close_blocking,
         )
         assert [e.sequence for e in result.replay_entries] == [1, 2]
         assert result.attachment_generation == 2
@@ -87,7 +87,7 @@ def test_nothing_is_parked_too_early_attached_or_with_a_resume_claimed() -> None
     clock, events = FakeClock(), Events()
     with registry(clock=clock, observer=events) as reg:
         for sid in ("early", "attached", "claimed"):
-            reg.create(sid, send=Wire().send, close=lambda r: None)
+            reg.create(sid, send=Wire().send_blocking, close=lambda r: None)
         reg.detach("claimed")
         reg.begin_resume("claimed")
         clock.now += AFTER - 1
@@ -103,7 +103,7 @@ def test_nothing_is_parked_too_early_attached_or_with_a_resume_claimed() -> None
 def test_passivation_off() -> None:
     clock, events = FakeClock(), Events()
     with registry(clock=clock, observer=events, passivate_after_s=None) as reg:
-        reg.create("s", send=Wire().send, close=lambda r: None)
+        reg.create("s", send=Wire().send_blocking, close=lambda r: None)
         reg.detach("s")
         clock.now += 10 * AFTER
         reg.sweep()
@@ -115,7 +115,7 @@ def test_passivation_off() -> None:
 def test_messages_to_a_parked_session_are_handled_in_order_once() -> None:
     clock, events = FakeClock(), Events()
     with registry(clock=clock, observer=events) as reg:
-        created = reg.create("s", send=Wire().send, close=lambda r: None)
+        created = reg.create("s", send=Wire().send_blocking, close=lambda r: None)
         reg.detach("s")
         _park(reg, clock, events, "s")
         accepted: list[int] = []
@@ -135,7 +135,7 @@ def test_messages_to_a_parked_session_are_handled_in_order_once() -> None:
             "s",
             resume_token=created.resume_token.plaintext,
             last_received_server_event_seq=0,
-            send=Wire().send,
+            send=Wire().send_blocking,
             close=lambda r: None,
         )
         assert [e.payload["i"] for e in result.replay_entries] == list(range(201))
@@ -151,7 +151,7 @@ def test_messages_to_a_parked_session_are_handled_in_order_once() -> None:
 def test_at_most_one_live_actor_per_session_through_many_cycles() -> None:
     clock, events = FakeClock(), Events()
     with registry(clock=clock, observer=events) as reg:
-        reg.create("s", send=Wire().send, close=lambda r: None)
+        reg.create("s", send=Wire().send_blocking, close=lambda r: None)
         reg.detach("s")
         seen: list[int] = []
         stop = threading.Event()
@@ -189,7 +189,7 @@ def test_at_most_one_live_actor_per_session_through_many_cycles() -> None:
 def test_a_passivation_aborts_if_a_message_arrived_meanwhile() -> None:
     clock, events, plan = FakeClock(), Events(), GatedPlan()
     with registry(clock=clock, observer=events, faults=plan) as reg:
-        reg.create("s", send=Wire().send, close=lambda r: None)
+        reg.create("s", send=Wire().send_blocking, close=lambda r: None)
         reg.detach("s")
         plan.gate("passivate.enter", "s")
         clock.now += AFTER
@@ -210,9 +210,9 @@ def test_ttl_and_grace_expire_a_parked_session_without_waking_it() -> None:
     with registry(
         clock=clock, observer=events, replay_ttl_s=100.0, disconnect_grace_s=1000.0
     ) as reg:
-        created = reg.create("s", send=Wire().send, close=lambda r: None)
+        created = reg.create("s", send=Wire().send_blocking, close=lambda r: None)
         reg.send_events("s", [{"n": 1}, {"n": 2}])
-        reg.create("gone", send=Wire().send, close=lambda r: None)
+        reg.create("gone", send=Wire().send_blocking, close=lambda r: None)
         reg.detach("s")
         reg.detach("gone")
         _park(reg, clock, events, "s")
@@ -237,7 +237,7 @@ def test_ttl_and_grace_expire_a_parked_session_without_waking_it() -> None:
 def test_ttl_pruned_while_parked_is_a_ttl_gap_after_waking() -> None:
     clock, events = FakeClock(), Events()
     with registry(clock=clock, observer=events, replay_ttl_s=100.0) as reg:
-        created = reg.create("s", send=Wire().send, close=lambda r: None)
+        created = reg.create("s", send=Wire().send_blocking, close=lambda r: None)
         reg.send_events("s", [{"n": 1}, {"n": 2}])
         reg.detach("s")
         _park(reg, clock, events, "s")
@@ -257,7 +257,7 @@ def test_ttl_pruned_while_parked_is_a_ttl_gap_after_waking() -> None:
 def test_a_crash_while_passivating_leaves_the_session_live(failpoint: str) -> None:
     clock, events, plan = FakeClock(), Events(), FaultPlan()
     with registry(clock=clock, observer=events, faults=plan) as reg:
-        reg.create("s", send=Wire().send, close=lambda r: None)
+        reg.create("s", send=Wire().send_blocking, close=lambda r: None)
         reg.send_event("s", {"n": 1})
         reg.detach("s")
         plan.crash(failpoint, session_id="s")
@@ -277,7 +277,7 @@ def test_a_crash_while_passivating_leaves_the_session_live(failpoint: str) -> No
 def test_a_crash_while_reactivating_is_retried_and_loses_nothing(failpoint: str) -> None:
     clock, events, plan = FakeClock(), Events(), FaultPlan()
     with registry(clock=clock, observer=events, faults=plan) as reg:
-        reg.create("s", send=Wire().send, close=lambda r: None)
+        reg.create("s", send=Wire().send_blocking, close=lambda r: None)
         reg.send_event("s", {"n": 1})
         reg.detach("s")
         _park(reg, clock, events, "s")
@@ -296,7 +296,7 @@ def test_a_session_that_cannot_reactivate_is_failed_never_lost() -> None:
     clock, events, plan = FakeClock(), Events(), FaultPlan()
     policy = RestartPolicy(max_restarts=0)
     with registry(clock=clock, observer=events, faults=plan, restart_policy=policy) as reg:
-        reg.create("s", send=Wire().send, close=lambda r: None)
+        reg.create("s", send=Wire().send_blocking, close=lambda r: None)
         reg.detach("s")
         _park(reg, clock, events, "s")
         plan.crash("reactivate.enter", session_id="s")
@@ -313,7 +313,7 @@ def test_a_session_that_cannot_reactivate_is_failed_never_lost() -> None:
 def test_shutdown_answers_messages_queued_for_a_parked_session() -> None:
     clock, events = FakeClock(), Events()
     with registry(clock=clock, observer=events) as reg:
-        reg.create("s", send=Wire().send, close=lambda r: None)
+        reg.create("s", send=Wire().send_blocking, close=lambda r: None)
         reg.detach("s")
         _park(reg, clock, events, "s")
     # The registry shut down with the session parked: nothing hangs, no thread is left.
@@ -337,10 +337,10 @@ def test_no_thread_to_be_had_fails_a_create_and_delays_a_wake_never_loses_them(
     with registry(clock=clock, observer=events) as reg:
         refusals[0] = 1
         with pytest.raises(SessionCrashedError) as info:
-            reg.create("s", send=Wire().send, close=lambda r: None)
+            reg.create("s", send=Wire().send_blocking, close=lambda r: None)
         assert isinstance(info.value.__cause__, RuntimeError)
         assert reg.session_ids() == []  # not half created: the id is free
-        created = reg.create("s", send=Wire().send, close=lambda r: None)
+        created = reg.create("s", send=Wire().send_blocking, close=lambda r: None)
         reg.send_event("s", {"n": 1})
         reg.detach("s")
         _park(reg, clock, events, "s")

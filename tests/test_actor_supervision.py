@@ -9,7 +9,7 @@ import pytest
 from actors.errors import SessionCrashedError, SessionFailedError
 from supervisor.faults import FaultPlan
 from supervisor.policy import RestartPolicy
-from tests.test_actor_support import WAIT, Background, Events, FakeClock, Wire, registry, settle
+from tests.actor_support import WAIT, Background, Events, FakeClock, Wire, registry, settle
 
 THREADS, PER_THREAD = 8, 40
 
@@ -27,7 +27,7 @@ def test_every_create_is_answered_while_supervisors_keep_dying() -> None:
         def creator(n: int) -> None:
             for i in range(PER_THREAD):
                 try:
-                    reg.create(f"t{n}-{i}", send=Wire().send, close=lambda r: None)
+                    reg.create(f"t{n}-{i}", send=Wire().send_blocking, close=lambda r: None)
                     outcome = "created"
                 except SessionCrashedError:
                     outcome = "crashed"
@@ -51,7 +51,7 @@ def test_departure_notices_survive_dying_supervisors() -> None:
     n = 20
     with registry(faults=plan, observer=events, restart_policy=policy) as reg:
         for i in range(n):
-            reg.create(f"s{i}", send=Wire().send, close=lambda r: None)
+            reg.create(f"s{i}", send=Wire().send_blocking, close=lambda r: None)
         # Every crash report and every departure notice meets a dying supervisor.
         plan.crash_supervisor(times=4 * n)
         for i in range(n):
@@ -75,7 +75,7 @@ def test_backoff_is_a_supervisor_timer_and_the_session_thread_never_sleeps() -> 
     policy = RestartPolicy(backoff_s=3600.0, max_backoff_s=3600.0, jitter=0.0)
     with registry(clock=clock, faults=plan, observer=events, restart_policy=policy) as reg:
         wire = Wire()
-        reg.create("s", send=wire.send, close=wire.close)
+        reg.create("s", send=wire.send_blocking, close=wire.close_blocking)
         plan.crash("send_event.recorded", session_id="s")
         with pytest.raises(SessionCrashedError):
             reg.send_event("s", {"n": "boom"})
@@ -99,7 +99,7 @@ def test_a_held_session_answers_the_registry_shutdown_at_once() -> None:
     reg_cm = registry(faults=plan, restart_policy=policy)
     reg = reg_cm.__enter__()
     try:
-        reg.create("s", send=Wire().send, close=lambda r: None)
+        reg.create("s", send=Wire().send_blocking, close=lambda r: None)
         plan.crash("send_event.recorded", session_id="s")
         with pytest.raises(SessionCrashedError):
             reg.send_event("s", {"n": "boom"})
@@ -120,13 +120,13 @@ def test_the_supervisor_closes_a_session_past_its_budget() -> None:
     policy = RestartPolicy(max_restarts=1)
     with registry(faults=plan, observer=events, restart_policy=policy) as reg:
         wire = Wire()
-        reg.create("s", send=wire.send, close=wire.close)
+        reg.create("s", send=wire.send_blocking, close=wire.close_blocking)
         for _ in range(2):
             plan.crash("send_event.recorded", session_id="s")
             with pytest.raises(SessionCrashedError):
                 reg.send_event("s", {"n": "boom"})
         events.wait_for("failed", "s")
-        assert wire.closed.wait(WAIT)
+        assert wire.closed.wait_blocking(WAIT)
         assert wire.closes == ["session_failed"]
         settle(reg, "s")
         with pytest.raises(KeyError):
@@ -141,7 +141,7 @@ def test_messages_held_behind_a_crash_the_supervisor_gives_up_on_are_failed() ->
     clock = FakeClock()
     policy = RestartPolicy(max_restarts=0, backoff_s=0.0)
     with registry(clock=clock, faults=plan, restart_policy=policy) as reg:
-        reg.create("s", send=Wire().send, close=lambda r: None)
+        reg.create("s", send=Wire().send_blocking, close=lambda r: None)
         plan.crash("send_event.recorded", session_id="s")
         with pytest.raises(SessionCrashedError):
             reg.send_event("s", {"n": "boom"})
@@ -159,7 +159,7 @@ def test_escalation_past_the_registry_wide_limit() -> None:
     policy = RestartPolicy(max_restarts=5, within_s=60, registry_max_restarts=2)
     with registry(clock=clock, faults=plan, observer=events, restart_policy=policy) as reg:
         for sid in ("a", "b", "c"):
-            reg.create(sid, send=Wire().send, close=lambda r: None)
+            reg.create(sid, send=Wire().send_blocking, close=lambda r: None)
         for sid in ("a", "b"):
             plan.crash("has_attachment.enter", session_id=sid)
             with pytest.raises(SessionCrashedError):
@@ -214,16 +214,16 @@ def test_only_the_supervisor_writes_the_routing_table() -> None:
         routes = _WatchedRoutes()
         routes.writers = set()
         reg.system._routes = routes  # type: ignore[assignment]
-        reg.create("a", send=Wire().send, close=lambda r: None)
-        reg.create("b", send=Wire().send, close=lambda r: None)
+        reg.create("a", send=Wire().send_blocking, close=lambda r: None)
+        reg.create("b", send=Wire().send_blocking, close=lambda r: None)
         plan.crash("close.enter", session_id="a")
         with pytest.raises(SessionCrashedError):
             reg.close("a")  # a crashed close puts the session back in the table
         events.wait_for("restarted", "a")  # the crash report reached the supervisor
         plan.crash_supervisor()
         with pytest.raises(SessionCrashedError):
-            reg.create("c", send=Wire().send, close=lambda r: None)
-        reg.create("c", send=Wire().send, close=lambda r: None)
+            reg.create("c", send=Wire().send_blocking, close=lambda r: None)
+        reg.create("c", send=Wire().send_blocking, close=lambda r: None)
         reg.detach("b")
         clock.now += 30
         reg.sweep()
