@@ -479,6 +479,23 @@ class EventJournal:
         skip = max(0, int(sequence) + 1 - self.first_retained_sequence)
         return tuple(itertools.islice(self._entries, skip, None))
 
+    def entries_after(self, sequence: int) -> tuple[JournalEntry, ...]:
+        """The retained entries above ``sequence`` (no pruning, no checks): a
+        store's appends since its last write."""
+        if not self._entries or self._entries[-1].sequence <= sequence:
+            return _EMPTY_ENTRIES
+        skip = max(0, sequence + 1 - self._entries[0].sequence)
+        return tuple(itertools.islice(self._entries, skip, None))
+
+    def counters(self) -> tuple[int, int, tuple[tuple[int, GapReason], ...], bool]:
+        """``(next_sequence, dropped_through, drop_runs, overflowed)``."""
+        return (
+            self._next_sequence,
+            self._dropped_through,
+            tuple(self._drop_runs),
+            self._overflowed,
+        )
+
     # -- parking -------------------------------------------------------------
 
     def park(self) -> ParkedJournal:

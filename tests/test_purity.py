@@ -16,7 +16,16 @@ import pytest
 import actors
 
 PACKAGE_DIR = Path(actors.__file__).parent
-PURE_MODULES = ("state", "transition", "journal", "credential", "messages", "lifecycle", "counters")
+PURE_MODULES = (
+    "state",
+    "transition",
+    "journal",
+    "credential",
+    "messages",
+    "lifecycle",
+    "counters",
+    "store",
+)
 FORBIDDEN = frozenset({"pykka", "trio", "asyncio", "threading"})
 DYNAMIC_IMPORTERS = frozenset({"import_module", "__import__"})
 
