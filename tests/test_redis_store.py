@@ -231,7 +231,7 @@ def test_redis_keeps_explicit_stream_ids_and_key_expiry(redis_server: RedisServe
     epoch = store.create("s", record())
     append(store, "s", epoch, 1, 3)
     client = redis.Redis.from_url(redis_server.url)
-    ids = [entry_id for entry_id, _ in client.xrange("t:{s}:e")]
+    ids = [entry_id for entry_id, _ in client.xrange("t:{s}:e") or []]
     assert ids == [b"0-1", b"0-2", b"0-3"]
     # Redis itself refuses an ID at or below the top: the second line of the fence.
     with pytest.raises(redis.exceptions.ResponseError):
