@@ -277,6 +277,8 @@ LifecycleKind = Literal[
     "registry_unhealthy",
     "registry_healthy",
     "event_refused",
+    "taken_over",
+    "replaced",
 ]
 
 
