@@ -7,6 +7,7 @@ out, key expiry, Redis restarted from its AOF, Redis unreachable.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -279,4 +280,21 @@ def test_an_error_never_shows_the_urls_password() -> None:
         store.load("s")
     assert "hunter2secret" not in repr(caught.value) + str(caught.value)
     assert caught.value.__cause__ is None
+    store.close()
+
+
+def test_the_store_works_on_the_server_ci_started() -> None:
+    """``.ci/run`` starts a redis-server and exports DUPLEX_REDIS_URL."""
+    url = os.environ.get("DUPLEX_REDIS_URL")
+    if url is None:
+        if os.environ.get("DUPLEX_REQUIRE_REDIS") == "1":
+            pytest.fail("DUPLEX_REQUIRE_REDIS=1 but DUPLEX_REDIS_URL is not set")
+        pytest.skip("DUPLEX_REDIS_URL not set: .ci/run starts a redis-server and sets it")
+    store = RedisStore(url, prefix=f"ci-{os.getpid()}:")
+    epoch = store.create("s", record())
+    append(store, "s", epoch, 1, 3)
+    loaded = store.load("s")
+    assert loaded is not None and [e.sequence for e in loaded.events] == [1, 2, 3]
+    store.delete("s", epoch)
+    assert store.load("s") is None
     store.close()
