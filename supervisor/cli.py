@@ -1,14 +1,19 @@
 """``duplex-supervisor``: serve the gateway, run chaos clients, or both (demo)."""
+# One module on purpose: the whole command line (flags, their help, their
+# validation) reads top to bottom; the servers and logging live elsewhere.
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import logging
 import os
 import signal
+import subprocess
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import trio
 from rich.console import Console
@@ -16,14 +21,103 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from supervisor.gateway.chaos import ChaosConfig, ChaosReport, ClientReport, run_chaos
-from supervisor.gateway.engine import EngineConfig
+from supervisor.gateway.engine import DemoEngine, Engine, EngineConfig, load_engine_factory
+from supervisor.gateway.logs import LOG_FORMATS, configure_logging
 from supervisor.gateway.server import Gateway, GatewayConfig, serve_gateway
+from supervisor.gateway.servers import SERVER_ALIASES, SERVERS, ServeOptions, run_server
 
 __all__ = ["main"]
 
 logger = logging.getLogger("duplex_supervisor.supervisor")
 
 SECRET_ENV = "DUPLEX_SUPERVISOR_SECRET"  # noqa: S105 - a variable name, not a secret
+#: The server ``serve`` uses unless told: the fastest measured (README, "Embedding").
+DEFAULT_SERVER = "trio"
+_LEVELS = ("debug", "info", "warning", "error")
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("duplex-supervisor")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a port number 0..65535, got {text}") from None
+    if not 0 <= value <= 65_535:
+        raise argparse.ArgumentTypeError(f"must be within 0..65535 (0: any free port), got {text}")
+    return value
+
+
+class _RefuseSecretOnArgv(argparse.Action):
+    def __call__(self, parser: argparse.ArgumentParser, *args: object, **kw: object) -> None:
+        parser.error(
+            "argument --secret: a secret on the command line is visible to every user "
+            f"(ps, /proc); use --secret-file PATH or ${SECRET_ENV}"
+        )
+
+
+def _add_secret_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup, what: str) -> None:
+    parser.add_argument(
+        "--secret-file",
+        metavar="PATH",
+        help=f"{what}: read it from this file (one line; default: ${SECRET_ENV}, or none)",
+    )
+    parser.add_argument(
+        "--secret",
+        action=_RefuseSecretOnArgv,
+        nargs="?",
+        help="refused: a secret in argv is visible in ps; use --secret-file or the "
+        f"environment variable {SECRET_ENV}",
+    )
+
+
+def _read_secret(args: argparse.Namespace) -> str | None:
+    path = getattr(args, "secret_file", None)
+    if path is None:
+        return os.environ.get(SECRET_ENV) or None
+    try:
+        secret = Path(path).read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise OSError(exc.errno, f"--secret-file {path}: {exc.strerror or exc}") from None
+    if not secret:
+        raise ValueError(f"--secret-file {path}: the file is empty")
+    return secret
+
+
+def _add_logging_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("logging")
+    group.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="log our own lines at DEBUG (same as --log-level debug)",
+    )
+    group.add_argument(
+        "--log-level",
+        choices=_LEVELS,
+        default=argparse.SUPPRESS,
+        help="level of duplex-supervisor's own loggers (default: info for serve, "
+        "warning otherwise)",
+    )
+    group.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default=argparse.SUPPRESS,
+        help="text lines, or one JSON object per line (default text)",
+    )
+    group.add_argument(
+        "--third-party-log-level",
+        choices=_LEVELS,
+        default=argparse.SUPPRESS,
+        help="level of every other library's loggers: wsproto, pykka, uvicorn, Hypercorn "
+        "(default warning)",
+    )
 
 
 def _positive(kind: Callable[[str], float]) -> Callable[[str], float]:
@@ -132,18 +226,7 @@ def _add_chaos_flags(parser: argparse.ArgumentParser, *, clients: int, duration:
     )
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="duplex-supervisor",
-        description=(
-            "Resumable duplex sessions as actors. 'demo' runs a WebSocket gateway and a crowd "
-            "of chaos clients that cut their connections and resume, then reports whether any "
-            "event was lost or repeated."
-        ),
-    )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
+def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     serve = commands.add_parser(
         "serve",
         help="run the gateway until Ctrl-C",
@@ -152,7 +235,26 @@ def _parser() -> argparse.ArgumentParser:
     )
     net = serve.add_argument_group("network")
     net.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
-    net.add_argument("--port", type=int, default=8765, help="TCP port, 0 for any (default 8765)")
+    net.add_argument(
+        "--port", type=_port, default=8765, help="TCP port 0..65535, 0 for any (default 8765)"
+    )
+    net.add_argument(
+        "--server",
+        choices=(*SERVERS, *SERVER_ALIASES),
+        default=DEFAULT_SERVER,
+        help="trio: the gateway's own WebSocket server on trio ('trio-websocket' is an old "
+        "name for it); asgi-uvicorn: the ASGI app under uvicorn (asyncio); asgi-hypercorn: "
+        f"the ASGI app under Hypercorn's trio worker (default {DEFAULT_SERVER}, the fastest "
+        "measured)",
+    )
+    net.add_argument(
+        "--trusted-proxy",
+        action="append",
+        default=[],
+        metavar="ADDRESS",
+        help="a proxy (address or network) whose X-Forwarded-For names the client for limits "
+        "and throttles (repeatable; default: none, the TCP peer is the client)",
+    )
     net.add_argument("--path", default="/v1", help="the WebSocket endpoint's path (default /v1)")
     net.add_argument("--tls-cert", help="PEM certificate: serve wss:// (needs --tls-key)")
     net.add_argument("--tls-key", help="PEM private key for --tls-cert")
@@ -297,10 +399,19 @@ def _parser() -> argparse.ArgumentParser:
         "passed (default 10000)",
     )
     limits.add_argument(
-        "--secret",
-        default=os.environ.get(SECRET_ENV),
-        help=f"session.open must present this secret (default: ${SECRET_ENV}, or none)",
+        "--session-resume-failures",
+        type=_positive(int),
+        default=5,
+        help="failed resumes allowed per session (from any address) per window; a resume "
+        "with the right token is never refused (default 5)",
     )
+    limits.add_argument(
+        "--session-resume-window",
+        type=_positive(float),
+        default=60.0,
+        help="seconds of the per-session resume-failure window (default 60)",
+    )
+    _add_secret_flags(limits, "session.open must present the gateway's secret")
     serve.add_argument(
         "--stats-interval",
         type=_positive(float),
@@ -315,7 +426,30 @@ def _parser() -> argparse.ArgumentParser:
         "shed connections...) per this many seconds; the rest are counted in one summary "
         "line (default 10)",
     )
+    serve.add_argument(
+        "--engine",
+        metavar="MODULE:FACTORY",
+        help="your engine: FACTORY() in MODULE returns an object with start, answer and stop "
+        "(the Engine protocol); default: the demo engine and its flags",
+    )
     _add_engine_flags(serve)
+    _add_logging_flags(serve)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="duplex-supervisor",
+        description=(
+            "Resumable duplex sessions as actors. 'demo' runs a WebSocket gateway and a crowd "
+            "of chaos clients that cut their connections and resume, then reports whether any "
+            "event was lost or repeated."
+        ),
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    _add_logging_flags(parser)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    _add_serve(commands)
 
     chaos = commands.add_parser(
         "chaos",
@@ -323,13 +457,15 @@ def _parser() -> argparse.ArgumentParser:
         description="Clients that cut their connections at random and resume; exit status 0 "
         "only if no event was lost or duplicated and no unexpected error came.",
     )
-    chaos.add_argument("url", help="the gateway, e.g. ws://127.0.0.1:8765/v1")
+    chaos.add_argument("url", help="the gateway, e.g. ws://127.0.0.1:8765/v1 or wss://...")
     chaos.add_argument(
-        "--secret",
-        default=os.environ.get(SECRET_ENV),
-        help=f"the gateway's session.open secret (default: ${SECRET_ENV})",
+        "--ca-file",
+        metavar="PATH",
+        help="PEM certificates to trust for a wss:// gateway (default: the system's)",
     )
+    _add_secret_flags(chaos, "the gateway's session.open secret")
     _add_chaos_flags(chaos, clients=20, duration=10.0)
+    _add_logging_flags(chaos)
 
     demo = commands.add_parser(
         "demo",
@@ -337,8 +473,15 @@ def _parser() -> argparse.ArgumentParser:
         description="The gateway and the chaos clients in one process, on loopback; a table "
         "(or --json) at the end. Exit status 0 only if lost, duplicated and errors are 0.",
     )
+    demo.add_argument(
+        "--server",
+        choices=(*SERVERS, *SERVER_ALIASES),
+        default=DEFAULT_SERVER,
+        help=f"the server the demo's gateway runs on, as for serve (default {DEFAULT_SERVER})",
+    )
     _add_chaos_flags(demo, clients=20, duration=12.0)
     _add_engine_flags(demo)
+    _add_logging_flags(demo)
     return parser
 
 
@@ -397,7 +540,8 @@ def _chaos_config(args: argparse.Namespace) -> ChaosConfig:
         input_rate_hz=args.input_rate,
         ack_every=args.ack_every,
         seed=args.seed,
-        secret=getattr(args, "secret", None),
+        secret=_read_secret(args) if args.command == "chaos" else None,
+        ca_file=getattr(args, "ca_file", None),
     )
 
 
@@ -439,13 +583,15 @@ def _engine_config(args: argparse.Namespace) -> EngineConfig:
     return EngineConfig(
         event_rate_hz=args.event_rate,
         delta_chars=args.delta_chars,
-        max_inputs_per_session=args.max_inputs_per_session,
     )
 
 
 async def _demo(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
-    engine = _engine_config(args)
+    server = SERVER_ALIASES.get(args.server, args.server)
+    if server != "trio":
+        return await _demo_in_process(args, console, server)
+    engine = DemoEngine(_engine_config(args))
     # Every demo client comes from 127.0.0.1: the per-address caps fit the crowd.
     crowd = max(256, 2 * args.clients)
     config = GatewayConfig(
@@ -453,7 +599,7 @@ async def _demo(args: argparse.Namespace) -> int:
     )
     async with trio.open_nursery() as nursery:
         gateway: Gateway = await nursery.start(
-            lambda task_status: serve_gateway(config, engine_config=engine, task_status=task_status)
+            lambda task_status: serve_gateway(config, engine=engine, task_status=task_status)
         )
         report = await _run_chaos(gateway.url, _chaos_config(args), console, gateway)
         status = _finish(args, report, gateway)
@@ -461,13 +607,62 @@ async def _demo(args: argparse.Namespace) -> int:
     return status
 
 
-async def _chaos(args: argparse.Namespace) -> int:
-    report = await _run_chaos(args.url, _chaos_config(args), Console(stderr=True), None)
+async def _demo_in_process(args: argparse.Namespace, console: Console, server: str) -> int:
+    """An ASGI server runs on its own loop: ``serve`` in a child process, chaos here."""
+    crowd = str(max(256, 2 * args.clients))
+    command = [sys.executable, "-m", "supervisor", "serve", "--port", "0", "--server", server]
+    command += ["--max-connections-per-address", crowd, "--max-sessions-per-address", crowd]
+    command += ["--event-rate", str(args.event_rate), "--delta-chars", str(args.delta_chars)]
+    command += ["--max-inputs-per-session", str(args.max_inputs_per_session)]
+    command += ["--log-level", "info", "--stats-interval", "3600"]
+    env = {k: v for k, v in os.environ.items() if k != SECRET_ENV}
+    process = await trio.lowlevel.open_process(command, stderr=subprocess.PIPE, env=env)
+    assert process.stderr is not None  # noqa: S101 - asked for above
+    try:
+        url = await _listening_url(process.stderr)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_drain, process.stderr)
+            report = await _run_chaos(url, _chaos_config(args), console, None)
+            process.send_signal(signal.SIGTERM)
+            with trio.fail_after(30):
+                await process.wait()
+            nursery.cancel_scope.cancel()
+    finally:
+        if process.returncode is None:
+            process.kill()
+        with trio.CancelScope(shield=True):
+            await process.wait()
+            await process.stderr.aclose()
+    if process.returncode != 0:
+        raise ValueError(f"the {server} server exited {process.returncode} after SIGTERM")
     return _finish(args, report, None)
 
 
-async def _serve(args: argparse.Namespace) -> int:
-    config = GatewayConfig(
+async def _listening_url(stream: trio.abc.ReceiveStream) -> str:
+    log = b""
+    with trio.fail_after(30):
+        while b"listening on" not in log or not log.endswith(b"\n"):
+            chunk = await stream.receive_some()
+            if not chunk:
+                raise ValueError(f"the server did not start: {log.decode(errors='replace')}")
+            log += chunk
+    line = next(ln for ln in log.decode().splitlines() if "listening on" in ln)
+    return line.rsplit(" ", 1)[-1]
+
+
+async def _drain(stream: trio.abc.ReceiveStream) -> None:
+    while await stream.receive_some():
+        pass
+
+
+async def _chaos(args: argparse.Namespace) -> int:
+    config = _chaos_config(args)
+    report = await _run_chaos(args.url, config, Console(stderr=True), None)
+    return _finish(args, report, None)
+
+
+def _gateway_config(args: argparse.Namespace) -> GatewayConfig:
+    return GatewayConfig(
         host=args.host,
         port=args.port,
         path=args.path,
@@ -480,12 +675,15 @@ async def _serve(args: argparse.Namespace) -> int:
         replay_ttl_s=args.replay_ttl,
         replay_max_bytes_per_session=args.replay_max_bytes,
         send_timeout_s=args.send_timeout,
-        shared_secret=args.secret,
+        shared_secret=_read_secret(args),
         allowed_origins=tuple(args.allowed_origin),
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         resume_failures_allowed=args.resume_failures,
         resume_failure_window_s=args.resume_window,
+        session_resume_failures_allowed=args.session_resume_failures,
+        session_resume_failure_window_s=args.session_resume_window,
+        trusted_proxies=tuple(args.trusted_proxy),
         max_sessions_per_address=args.max_sessions_per_address,
         max_connections=args.max_connections,
         max_connections_per_address=args.max_connections_per_address,
@@ -496,56 +694,47 @@ async def _serve(args: argparse.Namespace) -> int:
         secret_failure_window_s=args.secret_window,
         throttle_max_addresses=args.throttle_addresses,
         log_interval_s=args.log_interval,
+        max_inputs_per_session=args.max_inputs_per_session,
     )
-    engine = _engine_config(args)
-    # Ctrl-C as a message, not a KeyboardInterrupt raised in whatever task
-    # runs: that would crash the handlers before the gateway says going-away.
-    with trio.open_signal_receiver(signal.SIGINT) as interrupts:
-        async with trio.open_nursery() as nursery:
-            gateway: Gateway = await nursery.start(
-                lambda task_status: serve_gateway(
-                    config, engine_config=engine, task_status=task_status
-                )
-            )
-            logger.info("serving %s (Ctrl-C to stop)", gateway.url)
-            nursery.start_soon(_log_stats, gateway, args.stats_interval)
-            async for _ in interrupts:
-                break
-            logger.info("interrupted: closing every connection (going away)")
-            nursery.cancel_scope.cancel()
-    return 130
 
 
-async def _log_stats(gateway: Gateway, interval: float) -> None:
-    while True:
-        await trio.sleep(interval)
-        stats = gateway.registry.stats()
-        logger.info(
-            "sessions=%d attached=%d events=%d resumes=%d connections=%d open=%d "
-            "refused=%s errors=%s",
-            stats.sessions,
-            stats.attached,
-            stats.events_journaled,
-            stats.resumes,
-            gateway.counters.connections,
-            gateway.connections.total,
-            gateway.counters.refused,
-            gateway.counters.errors,
-        )
+def _engine(args: argparse.Namespace) -> Engine:
+    if args.engine is None:
+        return DemoEngine(_engine_config(args))
+    engine = load_engine_factory(args.engine)()
+    if not isinstance(engine, Engine):
+        raise ValueError(f"--engine {args.engine}: the factory returned no Engine: {engine!r}")
+    return engine
+
+
+def _serve(args: argparse.Namespace) -> int:
+    options = ServeOptions(
+        config=_gateway_config(args),
+        engine=_engine(args),
+        stats_interval_s=args.stats_interval,
+    )
+    return run_server(args.server, options)
+
+
+def _logging(args: argparse.Namespace) -> None:
+    default = "info" if args.command == "serve" else "warning"
+    level = "debug" if getattr(args, "verbose", False) else getattr(args, "log_level", default)
+    configure_logging(
+        level=getattr(logging, level.upper()),
+        log_format=getattr(args, "log_format", "text"),
+        third_party_level=getattr(
+            logging, getattr(args, "third_party_log_level", "warning").upper()
+        ),
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    level = (
-        logging.DEBUG
-        if args.verbose
-        else logging.INFO
-        if args.command == "serve"
-        else logging.WARNING
-    )
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    runner = {"serve": _serve, "chaos": _chaos, "demo": _demo}[args.command]
+    _logging(args)
     try:
+        if args.command == "serve":
+            return _serve(args)
+        runner = {"chaos": _chaos, "demo": _demo}[args.command]
         return trio.run(runner, args)
     except BaseExceptionGroup as group:
         # Raised inside trio nurseries, these arrive in exception groups.

@@ -44,7 +44,12 @@ REQUIRED_FLAGS = {
         "--idle-timeout",
         "--max-sessions",
         "--disconnect-grace",
-        "--secret",
+        "--secret-file",
+        "--server",
+        "--engine",
+        "--trusted-proxy",
+        "--log-format",
+        "--log-level",
         "--allowed-origin",
         "--tls-cert",
         "--tls-key",
@@ -165,9 +170,10 @@ def test_network_errors_exit_2_with_a_message_not_a_traceback() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        result = _run("serve", "--port", str(taken.getsockname()[1]))
+        port = taken.getsockname()[1]
+        result = _run("serve", "--port", str(port))
     assert result.returncode == 2, result.stderr
-    assert "Address already in use" in result.stderr
+    assert f"127.0.0.1:{port}: Address already in use" in result.stderr
     assert "Traceback" not in result.stderr
 
 

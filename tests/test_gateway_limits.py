@@ -93,16 +93,23 @@ def test_the_log_limiter_writes_one_line_per_interval_and_a_summary(
 
 
 async def test_a_gateways_throttle_tables_stay_bounded() -> None:
-    config = GatewayConfig(port=0, resume_failures_allowed=1, throttle_max_addresses=5)
+    config = GatewayConfig(
+        port=0,
+        resume_failures_allowed=1,
+        throttle_max_addresses=5,
+        session_resume_failures_allowed=1_000,
+    )
     with trio.fail_after(LIMIT):
         async with running_gateway(config) as harness:
+            sid = (await harness.open()).session_id
             for n in range(12):
-                client = await harness.resume("sess_x", "t", 0, local_address=f"127.0.0.{n + 2}")
+                client = await harness.resume(sid, "t", 0, local_address=f"127.0.0.{n + 2}")
                 frames, closed = await read_until_closed(client)
-                assert closed.code == 4404, (frames, closed)
-            assert harness.gateway.throttled_addresses() == 5
+                assert closed.code == 4403, (frames, closed)
+            # Per address: 5 kept; per session: one (this session's).
+            assert harness.gateway.throttled_addresses() == 5 + 1
             # The newest addresses are still throttled; the oldest were forgotten.
-            client = await harness.resume("sess_x", "t", 0, local_address="127.0.0.13")
+            client = await harness.resume(sid, "t", 0, local_address="127.0.0.13")
             assert (await read_until_closed(client))[1].code == 4429
-            client = await harness.resume("sess_x", "t", 0, local_address="127.0.0.2")
-            assert (await read_until_closed(client))[1].code == 4404
+            client = await harness.resume(sid, "t", 0, local_address="127.0.0.2")
+            assert (await read_until_closed(client))[1].code == 4403
