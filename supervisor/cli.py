@@ -25,6 +25,7 @@ from supervisor.gateway.engine import DemoEngine, Engine, EngineConfig, load_eng
 from supervisor.gateway.logs import LOG_FORMATS, configure_logging
 from supervisor.gateway.server import Gateway, GatewayConfig, serve_gateway
 from supervisor.gateway.servers import SERVER_ALIASES, SERVERS, ServeOptions, run_server
+from supervisor.gateway.wire_client import WireClosedError
 
 __all__ = ["main"]
 
@@ -741,14 +742,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         interrupted, others = group.split(KeyboardInterrupt)
         if interrupted is not None and others is None:
             return 130
-        known, others = group.split((OSError, ValueError))
+        known, others = group.split((OSError, ValueError, WireClosedError))
         if known is None or others is not None:
             raise
         print(f"duplex-supervisor: {_first_leaf(known)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, WireClosedError) as exc:
         print(f"duplex-supervisor: {exc}", file=sys.stderr)
         return 2
 

@@ -244,3 +244,134 @@ def test_disconnect_grace_takes_seconds_or_none() -> None:
         with pytest.raises(SystemExit) as exit_info:
             parse(["serve", "--disconnect-grace", bad])
         assert exit_info.value.code == 2
+
+
+def test_version_and_verbose_after_the_subcommand() -> None:
+    result = _run("--version")
+    assert result.returncode == 0
+    assert result.stdout.startswith("duplex-supervisor 0.")
+    parse = _parser().parse_args
+    assert parse(["serve", "-v"]).verbose is True
+    assert parse(["-v", "demo"]).verbose is True
+    assert parse(["chaos", "ws://h:1/v1", "--log-level", "debug"]).log_level == "debug"
+
+
+@pytest.mark.parametrize(
+    ("args", "complaint"),
+    [
+        (["serve", "--port", "70000"], "argument --port: must be within 0..65535"),
+        (["serve", "--port", "-1"], "argument --port: must be within 0..65535"),
+        (["serve", "--port", "http"], "argument --port: must be a port number"),
+        (["serve", "--secret", "s3cret"], "argument --secret: a secret on the command line"),
+        (["chaos", "ws://h:1/v1", "--secret", "x"], "argument --secret: a secret on the"),
+        (["serve", "--server", "tornado"], "argument --server: invalid choice"),
+        (["serve", "--log-format", "xml"], "argument --log-format: invalid choice"),
+        (["serve", "--session-resume-window", "0"], "argument --session-resume-window"),
+    ],
+)
+def test_flags_are_validated_naming_the_flag(args: list[str], complaint: str) -> None:
+    result = _run(*args)
+    assert result.returncode == 2, result.stderr
+    assert complaint in result.stderr, result.stderr
+    assert "s3cret" not in result.stderr
+
+
+def test_settings_from_files_and_modules_name_what_is_wrong(tmp_path: Path) -> None:
+    missing = tmp_path / "nope"
+    result = _run("serve", "--port", "0", "--secret-file", str(missing))
+    assert result.returncode == 2
+    assert f"--secret-file {missing}: No such file or directory" in result.stderr
+    result = _run("serve", "--port", "0", "--engine", "no_such_module_here:make")
+    assert result.returncode == 2
+    assert "--engine 'no_such_module_here:make': cannot import" in result.stderr
+    result = _run("serve", "--port", "0", "--trusted-proxy", "not-an-address")
+    assert result.returncode == 2
+    assert "trusted_proxies: 'not-an-address' is no address or network" in result.stderr
+
+
+async def test_serve_logs_json_lines_ours_at_debug_and_no_third_party_noise(
+    tmp_path: Path,
+) -> None:
+    secret_file = tmp_path / "secret"
+    secret_file.write_text("s3cret\n")
+    command = [*MODULE, "serve", "--port", "0", "-v", "--log-format", "json"]
+    command += [
+        "--secret-file",
+        str(secret_file),
+        "--engine",
+        "examples.fastapi_app:SpellingEngine",
+    ]
+    with trio.fail_after(LIMIT):
+        process = await trio.lowlevel.open_process(command, stderr=subprocess.PIPE, env=_env())
+        try:
+            assert process.stderr is not None
+            log = b""
+            while b"listening on" not in log:
+                chunk = await process.stderr.receive_some()
+                assert chunk, log
+                log += chunk
+            line = next(ln for ln in log.decode().splitlines() if "listening on" in ln)
+            url = json.loads(line)["message"].rsplit(" ", 1)[-1]
+            client = await WireClient.connect(url)
+            try:
+                await client.send_json({"type": "session.open", "secret": "s3cret"})
+                assert (await client.receive_json())["type"] == "session.created"
+                assert (await client.receive_json())["type"] == "hello"  # the engine's own
+                await client.send_json({"type": "input", "client_event_id": "a", "text": "ok"})
+                letters = [await client.receive_json() for _ in range(3)]
+                assert [f.get("letter", f["type"]) for f in letters] == ["o", "k", "response.done"]
+                await client.send_json({"type": "session.close"})
+                await read_until_closed(client)
+            finally:
+                await client.cut()
+            process.send_signal(signal.SIGTERM)
+            assert await process.wait() == 0
+            while chunk := await process.stderr.receive_some():
+                log += chunk
+        finally:
+            if process.returncode is None:
+                process.kill()
+            with trio.CancelScope(shield=True):
+                await process.wait()
+                if process.stderr is not None:
+                    await process.stderr.aclose()
+    records = [json.loads(ln) for ln in log.decode().splitlines()]
+    assert {r["logger"] for r in records} <= {"duplex_supervisor.supervisor"}, records
+    assert any(r["level"] == "DEBUG" for r in records) or len(records) >= 2
+    assert any("SIGTERM" in r["message"] for r in records)
+    assert "s3cret" not in log.decode()
+
+
+def test_demo_on_uvicorn_reports_nothing_lost() -> None:
+    result = _run(
+        "demo", "--server", "asgi-uvicorn", "--duration", "3", "--json", "--clients", "6",
+        timeout=90,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    totals = json.loads(result.stdout)["totals"]
+    assert (totals["lost"], totals["duplicated"], totals["errors"]) == (0, 0, 0), totals
+    assert totals["sessions"] == 6 and totals["resumes"] > 0, totals
+
+
+async def test_chaos_speaks_wss_with_a_ca_file_and_reports_http_statuses(tmp_path: Path) -> None:
+    from tests.attack_support import make_certificate, server_process
+
+    cert, key = make_certificate(tmp_path)
+    with trio.fail_after(LIMIT):
+        async with server_process("--event-rate", "50", tls=(cert, key)) as server:
+            url = f"wss://127.0.0.1:{server.port}/v1"
+            command = [*MODULE, "chaos", url, "--ca-file", cert, "--json", "--clients", "3"]
+            command += ["--duration", "1.5", "--drop-rate", "2", "--seed", "3"]
+            result = await trio.run_process(
+                command, capture_stdout=True, capture_stderr=True, check=False, env=_env()
+            )
+            assert result.returncode == 0, result.stderr.decode()
+            report = json.loads(result.stdout)
+            assert report["ok"] is True and report["totals"]["resumes"] > 0, report
+            wrong = f"wss://127.0.0.1:{server.port}/elsewhere"
+            command = [*MODULE, "chaos", wrong, "--ca-file", cert, "--duration", "1"]
+            result = await trio.run_process(
+                command, capture_stdout=True, capture_stderr=True, check=False, env=_env()
+            )
+    assert result.returncode == 2
+    assert f"{wrong}: the server answered HTTP 404" in result.stderr.decode()

@@ -67,6 +67,7 @@ class WireClient:
         answer_pings: bool = True,
         local_address: str | None = None,
         ca_file: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> WireClient:
         """Connect and complete the handshake. ``local_address``: the source
         address to connect from (e.g. another loopback address, 127.0.0.2).
@@ -83,7 +84,10 @@ class WireClient:
         ws = WSConnection(ConnectionType.CLIENT)
         client = cls(stream, ws, answer_pings=answer_pings)
         try:
-            await stream.send_all(ws.send(Request(host=parts.netloc, target=parts.path or "/")))
+            target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+            extra = [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
+            request = Request(host=parts.netloc, target=target, extra_headers=extra)
+            await stream.send_all(ws.send(request))
             while True:
                 data = await stream.receive_some(65_536)
                 if not data:
