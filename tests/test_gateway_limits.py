@@ -92,6 +92,21 @@ def test_the_log_limiter_writes_one_line_per_interval_and_a_summary(
     ], lines
 
 
+def test_a_summary_goes_out_at_the_level_of_the_lines_it_stands_for(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    logger = logging.getLogger("duplex_supervisor.test_limits")
+    limiter = LogLimiter(logger, interval_s=10)
+    with caplog.at_level(logging.INFO, logger=logger.name):
+        for n in range(3):
+            limiter.log(logging.INFO, "probe", "refused a resume %s", n, now=n)
+        limiter.flush(now=20)
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (logging.INFO, "refused a resume 0"),
+        (logging.INFO, "probe: 2 more lines like the last one, not logged"),
+    ]
+
+
 async def test_a_gateways_throttle_tables_stay_bounded() -> None:
     config = GatewayConfig(
         port=0,

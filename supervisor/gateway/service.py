@@ -330,6 +330,7 @@ class GatewayService:
             self._resume_outcome("resumed")
         else:
             self.work.start(session_id, identity)
+        logger.debug("%s %s from %s", "resumed" if resumed else "opened", session_id, address)
         core.admitted(session_id, generation, resumed=resumed, now=anyio.current_time())
         self._live[session_id] = ws
         return []
