@@ -301,6 +301,13 @@ def test_settings_from_files_and_modules_name_what_is_wrong(tmp_path: Path) -> N
     result = _run("serve", "--port", "0", "--engine", "no_such_module_here:make")
     assert result.returncode == 2
     assert "--engine 'no_such_module_here:make': cannot import" in result.stderr
+    for server in ("trio", "asgi-uvicorn", "asgi-hypercorn"):
+        result = _run(
+            "serve", "--server", server, "--tls-cert", str(missing), "--tls-key", str(missing)
+        )
+        assert result.returncode == 2
+        expected = f"--tls-cert {missing} / --tls-key {missing}: No such file or directory"
+        assert expected in result.stderr, result.stderr
     result = _run("serve", "--port", "0", "--trusted-proxy", "not-an-address")
     assert result.returncode == 2
     assert "trusted_proxies: 'not-an-address' is no address or network" in result.stderr

@@ -1,5 +1,5 @@
-"""The ``authenticate`` hook, identities bound to sessions, and clients behind proxies,
-on a real trio gateway in the test's nursery."""
+"""Embedding the trio gateway: the ``authenticate`` hook, identities bound to sessions,
+clients behind proxies, the registry's options; a real gateway in the test's nursery."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ async def user_from_query(handshake: Handshake) -> str | None:
 
 @contextlib.asynccontextmanager
 async def gateway(
-    config: GatewayConfig, authenticate: Authenticate | None
+    config: GatewayConfig, authenticate: Authenticate | None, **registry_options: object
 ) -> AsyncIterator[Gateway]:
     async with trio.open_nursery() as nursery:
         served: Gateway = await nursery.start(
@@ -33,6 +33,7 @@ async def gateway(
                 config,
                 engine=DemoEngine(EngineConfig(event_rate_hz=50)),
                 authenticate=authenticate,
+                registry_options=registry_options,
                 task_status=task_status,
             )
         )
@@ -127,3 +128,25 @@ async def test_behind_a_trusted_proxy_the_forwarded_client_is_throttled_not_the_
             assert await resume("bad", attacker) == (["resume_throttled"], 4429)
             # Another client behind the same proxy is not throttled.
             assert await resume("bad", "203.0.113.5") == (["invalid_resume_token"], 4403)
+
+
+async def test_the_registrys_own_options_reach_it_through_the_gateway() -> None:
+    # An event cap of 5 (not a GatewayConfig field): a client that never acks
+    # overflows its journal at the 6th event and is told so (4413).
+    with trio.fail_after(LIMIT):
+        async with gateway(GatewayConfig(port=0), None, replay_max_events_per_session=5) as gw:
+            client = await WireClient.connect(gw.url)
+            await client.send_json({"type": "session.open"})
+            frames, closed = await read_until_closed(client)
+            await client.cut()
+    assert (errors(frames), closed.code) == (["overflow"], 4413)
+    assert len(seqs(frames)) == 5
+
+
+async def test_registry_options_may_not_override_the_gateways_config() -> None:
+    with trio.fail_after(LIMIT):
+        try:
+            async with gateway(GatewayConfig(port=0), None, replay_ttl_s=1):
+                raise AssertionError("served with a second replay_ttl_s")
+        except* ValueError as group:
+            assert "set through GatewayConfig: ['replay_ttl_s']" in str(group.exceptions[0])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 
 import pytest
 import trio
@@ -24,7 +25,8 @@ ATTACKER = "127.0.0.2"
 OWNER = "127.0.0.1"
 
 
-async def test_failed_resumes_throttle_that_address_only() -> None:
+async def test_failed_resumes_throttle_that_address_only(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="duplex_supervisor")
     config = GatewayConfig(port=0, resume_failures_allowed=3, resume_failure_window_s=60)
     with trio.fail_after(LIMIT):
         async with running_gateway(config) as harness:
@@ -66,6 +68,10 @@ async def test_failed_resumes_throttle_that_address_only() -> None:
             # The attacker stays throttled for wrong tokens while the window lasts.
             assert await attempt("guessed-again", ATTACKER) == throttled
             assert await harness.gateway.registry.has_attachment(sid)
+    # Refused resumes are logged with the client's address, never a token.
+    lines = [r.getMessage() for r in caplog.records]
+    assert f"refused a resume from {ATTACKER}: invalid_resume_token" in lines, lines
+    assert not any("guessed" in line or opened.token in line for line in lines), lines
 
 
 async def test_failed_resumes_of_one_session_from_many_addresses_throttle_it() -> None:

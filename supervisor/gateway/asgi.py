@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
 from typing import Any
 
 import anyio
@@ -44,6 +44,7 @@ from supervisor.gateway.core import TransportClosedError
 from supervisor.gateway.engine import DemoEngine, Engine
 from supervisor.gateway.limits import AddressCounter
 from supervisor.gateway.operations import http_routes
+from supervisor.gateway.registry import open_registry
 from supervisor.gateway.service import GatewayService
 
 __all__ = ["GatewayApp"]
@@ -111,7 +112,8 @@ class GatewayApp:
 
     ``engine``: your :class:`~supervisor.gateway.engine.Engine` (default: a
     :class:`~supervisor.gateway.engine.DemoEngine`). ``authenticate``: a hook
-    given each handshake (:mod:`supervisor.gateway.auth`).
+    given each handshake (:mod:`supervisor.gateway.auth`). ``registry_options``:
+    more of the registry's keyword options (see :func:`~supervisor.gateway.registry.open_registry`).
     """
 
     def __init__(
@@ -121,8 +123,10 @@ class GatewayApp:
         engine: Engine | None = None,
         authenticate: Authenticate | None = None,
         faults: FaultPlan | None = None,
+        registry_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.config = config or GatewayConfig()
+        self._registry_options = dict(registry_options or {})
         self.engine: Engine = engine if engine is not None else DemoEngine()
         self._authenticate = authenticate
         self._faults = faults
@@ -146,7 +150,9 @@ class GatewayApp:
         client, then stop. FastAPI/Starlette: ``FastAPI(lifespan=gateway.lifespan)``."""
         if self.service is not None:
             raise RuntimeError("this gateway is already running")
-        registry_cm = _open_registry(self.config, self._faults, self._observe)
+        registry_cm = open_registry(
+            self.config, observer=self._observe, faults=self._faults, **self._registry_options
+        )
         async with registry_cm as registry, anyio.create_task_group() as group:
             self.service = GatewayService(
                 self.config, registry, self.engine, group, authenticate=self._authenticate
@@ -268,32 +274,3 @@ def _route_path(scope: Scope) -> str:
     if root and path.startswith(root):
         path = path[len(root) :]
     return path or "/"
-
-
-@contextlib.asynccontextmanager
-async def _open_registry(
-    config: GatewayConfig, faults: FaultPlan | None, observer: Callable[[LifecycleEvent], None]
-) -> AsyncIterator[AsyncSessionRegistry]:
-    options: dict[str, Any] = {
-        "replay_ttl_s": config.replay_ttl_s,
-        "replay_max_bytes_per_session": config.replay_max_bytes_per_session,
-        "disconnect_grace_s": config.disconnect_grace_s,
-        "send_timeout_s": config.send_timeout_s,
-        "observer": observer,
-        "faults": faults,
-    }
-    library = sniffio.current_async_library()
-    if library == "trio":
-        from supervisor.trio_registry import open_session_registry as open_trio  # noqa: PLC0415
-
-        async with open_trio(**options) as registry:
-            yield registry
-    elif library == "asyncio":
-        from supervisor.asyncio_registry import (  # noqa: PLC0415
-            open_session_registry as open_asyncio,
-        )
-
-        async with open_asyncio(**options) as registry:
-            yield registry
-    else:
-        raise RuntimeError(f"no session registry door for {library}")

@@ -20,8 +20,8 @@ from __future__ import annotations
 import functools
 import logging
 import ssl
-from collections.abc import Callable
-from typing import cast
+from collections.abc import Callable, Mapping
+from typing import Any, cast
 
 import trio
 
@@ -34,6 +34,7 @@ from supervisor.gateway.engine import DemoEngine, Engine, EngineConfig
 from supervisor.gateway.limits import AddressCounter
 from supervisor.gateway.listener import REFUSALS, accept_forever, refuse_raw
 from supervisor.gateway.operations import http_routes
+from supervisor.gateway.registry import open_registry
 from supervisor.gateway.service import GOING_AWAY, GatewayService
 from supervisor.gateway.sessions import TaskSpawner
 from supervisor.gateway.websocket import (
@@ -46,7 +47,6 @@ from supervisor.gateway.websocket import (
     read_upgrade,
     reject,
 )
-from supervisor.trio_registry import open_session_registry
 
 __all__ = ["GOING_AWAY", "Gateway", "GatewayConfig", "GatewayCounters", "serve_gateway"]
 
@@ -62,7 +62,7 @@ class Gateway:
         self.config = config
         self.service = service
         self.port = config.port
-        self._ssl = _ssl_context(config)
+        self._ssl = ssl_context(config)
         self._trusted = TrustedProxies(config.trusted_proxies)
         self.connections = AddressCounter(
             config.max_connections, config.max_connections_per_address
@@ -198,11 +198,18 @@ async def _flush_logs(gateway: Gateway) -> None:
         gateway.service.log.flush(trio.current_time())
 
 
-def _ssl_context(config: GatewayConfig) -> ssl.SSLContext | None:
+def ssl_context(config: GatewayConfig) -> ssl.SSLContext | None:
+    """The server's TLS context; an error names the certificate and key it concerns."""
     if config.tls_cert is None or config.tls_key is None:
         return None
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(config.tls_cert, config.tls_key)
+    try:
+        context.load_cert_chain(config.tls_cert, config.tls_key)
+    except (OSError, ssl.SSLError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise OSError(
+            exc.errno, f"--tls-cert {config.tls_cert} / --tls-key {config.tls_key}: {why}"
+        ) from None
     return context
 
 
@@ -213,6 +220,7 @@ async def serve_gateway(
     engine_config: EngineConfig | None = None,
     authenticate: Authenticate | None = None,
     faults: FaultPlan | None = None,
+    registry_options: Mapping[str, Any] | None = None,
     on_started: Callable[[GatewayService], None] | None = None,
     task_status: trio.TaskStatus[Gateway] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -223,6 +231,8 @@ async def serve_gateway(
     ``authenticate``: a hook given each handshake (see :mod:`supervisor.gateway.auth`).
     ``faults``: a :class:`~supervisor.faults.FaultPlan` for the registry, to
     test what clients see when sessions or the supervisor fail.
+    ``registry_options``: more of the registry's keyword options
+    (:func:`~supervisor.gateway.registry.open_registry`).
     Cancelled, it first closes every connection with 1001 (going away).
     """
     the_engine: Engine = engine if engine is not None else DemoEngine(engine_config)
@@ -232,13 +242,8 @@ async def serve_gateway(
         if service_box:
             service_box[0].observe(event)
 
-    async with open_session_registry(
-        replay_ttl_s=config.replay_ttl_s,
-        replay_max_bytes_per_session=config.replay_max_bytes_per_session,
-        disconnect_grace_s=config.disconnect_grace_s,
-        send_timeout_s=config.send_timeout_s,
-        observer=observe,
-        faults=faults,
+    async with open_registry(
+        config, observer=observe, faults=faults, **dict(registry_options or {})
     ) as registry:
         # Once up, the engine and the connection handlers run shielded: a
         # cancellation from outside (Ctrl-C, SIGTERM) first tells every client

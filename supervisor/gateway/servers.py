@@ -34,7 +34,7 @@ from supervisor.gateway.asgi import GatewayApp
 from supervisor.gateway.auth import Authenticate
 from supervisor.gateway.config import GatewayConfig
 from supervisor.gateway.engine import Engine
-from supervisor.gateway.server import Gateway, serve_gateway
+from supervisor.gateway.server import Gateway, serve_gateway, ssl_context
 
 __all__ = ["SERVERS", "SERVER_ALIASES", "ServeOptions", "run_server"]
 
@@ -75,6 +75,7 @@ def _url(config: GatewayConfig, port: int) -> str:
 def run_server(server: str, options: ServeOptions) -> int:
     """Serve with ``server`` (a name of :data:`SERVERS` or an alias); the exit status."""
     name = SERVER_ALIASES.get(server, server)
+    ssl_context(options.config)  # every server: a bad certificate or key named up front
     if name == "trio":
         return trio.run(_serve_trio, options)
     if name == "asgi-uvicorn":
