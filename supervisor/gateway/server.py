@@ -31,7 +31,7 @@ from supervisor.faults import FaultPlan
 from supervisor.gateway.auth import Authenticate, Handshake, TrustedProxies, client_address
 from supervisor.gateway.config import GatewayConfig, GatewayCounters
 from supervisor.gateway.engine import DemoEngine, Engine, EngineConfig
-from supervisor.gateway.limits import AddressCounter
+from supervisor.gateway.limits import AddressCounter, LogLimiter
 from supervisor.gateway.listener import REFUSALS, accept_forever, refuse_raw
 from supervisor.gateway.operations import http_routes
 from supervisor.gateway.registry import open_registry
@@ -82,7 +82,7 @@ class Gateway:
         return self.service.engine
 
     @property
-    def log(self) -> object:
+    def log(self) -> LogLimiter:
         return self.service.log
 
     @property
