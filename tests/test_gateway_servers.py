@@ -198,3 +198,54 @@ async def test_sigterm_closes_every_client_going_away_and_exits_0(server: str) -
             assert await process.process.wait() == 0
     assert closes == [(1001, "going_away")] * 3
     assert process.log_count("SIGTERM: closing every connection") == 1
+
+
+@pytest.mark.parametrize("server", SERVERS)
+async def test_the_protocol_core_rules_every_server(server: str) -> None:
+    """The same answers from the one core, whichever shell carries the bytes."""
+    flags = ["--server", server, "--event-rate", "0", "--handshake-timeout", "0.5"]
+    flags += ["--max-inputs-per-second", "2", "--resume-failures", "1"]
+    with trio.fail_after(LIMIT):
+        async with server_process(*flags) as process:
+            url = _url(process)
+
+            async def refused(*frames: Frame) -> tuple[list[object], int | None]:
+                client = await WireClient.connect(url)
+                for frame in frames:
+                    await client.send_json(frame)
+                got, closed = await read_until_closed(client)
+                await client.cut()
+                return [f.get("code") for f in got], closed.code
+
+            assert await refused({"type": "ack", "server_event_seq": 1}) == (["bad_request"], 4400)
+            assert await refused() == (["handshake_timeout"], 4408)
+            client = await WireClient.connect(url)
+            await client.send_json({"type": "session.open"})
+            created = await client.receive_json()
+            for n in range(3):  # a burst of 2 a second: the third is refused
+                await client.send_json({"type": "input", "client_event_id": f"i{n}", "text": "x"})
+            answers: dict[str, str] = {}
+            while len(answers) < 3:
+                frame = await client.receive_json()
+                if frame.get("type") in ("response.done", "error"):
+                    answers[str(frame["client_event_id"])] = str(frame.get("code", frame["type"]))
+            assert answers == {"i0": "response.done", "i1": "response.done", "i2": "rate_limited"}
+            await client.cut()
+            resume = {
+                "type": "session.resume",
+                "session_id": created["session_id"],
+                "resume_token": "wrong",
+                "last_received_server_event_seq": 0,
+            }
+            assert await refused(resume) == (["invalid_resume_token"], 4403)
+            assert await refused(resume) == (["resume_throttled"], 4429)
+            resume["resume_token"] = created["resume_token"]  # never refused by the throttle
+            owner = await WireClient.connect(url)
+            await owner.send_json(resume)
+            assert (await owner.receive_json())["type"] == "session.resumed"
+            await owner.send_json({"type": "input", "client_event_id": "i0", "text": "x"})
+            assert await read_until(owner, "input.duplicate")
+            await owner.send_json({"type": "session.close"})
+            _, closed = await read_until_closed(owner)
+            await owner.cut()
+            assert (closed.code, closed.reason) == (1000, "session_closed")
