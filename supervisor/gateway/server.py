@@ -272,7 +272,7 @@ async def serve_gateway(
                         ) from None
                     gateway.port = listeners[0].socket.getsockname()[1]
                     for listener in listeners:
-                        nursery.start_soon(
+                        await nursery.start(
                             functools.partial(
                                 accept_forever,
                                 listener.socket,
