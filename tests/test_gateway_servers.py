@@ -18,7 +18,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from supervisor.gateway.chaos import ChaosConfig, run_chaos
-from supervisor.gateway.wire_client import WireClient
+from supervisor.gateway.wire_client import WireClient, WireRejectedError
 from tests.attack_support import ServerProcess, server_process
 from tests.gateway_support import Frame, contiguous, read_until, read_until_closed, seq_of
 
@@ -249,3 +249,29 @@ async def test_the_protocol_core_rules_every_server(server: str) -> None:
             _, closed = await read_until_closed(owner)
             await owner.cut()
             assert (closed.code, closed.reason) == (1000, "session_closed")
+
+
+@pytest.mark.parametrize("server", ASGI)
+async def test_an_asgi_server_refuses_before_the_upgrade_with_403(server: str) -> None:
+    flags = ["--server", server, "--allowed-origin", "https://ok.example"]
+    flags += ["--max-connections-per-address", "1"]
+    with trio.fail_after(LIMIT):
+        async with server_process(*flags) as process:
+            base = f"ws://{process.host}:{process.port}"
+            statuses = []
+            for path, origin in [("/elsewhere", "https://ok.example"), ("/v1", "https://evil")]:
+                try:
+                    client = await WireClient.connect(base + path, headers={"Origin": origin})
+                except WireRejectedError as rejected:
+                    statuses.append(rejected.status)
+                else:
+                    await client.cut()
+                    statuses.append(101)
+            held = await WireClient.connect(base + "/v1", headers={"Origin": "https://ok.example"})
+            try:
+                await WireClient.connect(base + "/v1", headers={"Origin": "https://ok.example"})
+            except WireRejectedError as rejected:
+                statuses.append(rejected.status)
+            finally:
+                await held.cut()
+    assert statuses == [403, 403, 403]
