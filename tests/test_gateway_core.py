@@ -23,6 +23,7 @@ from supervisor.gateway.core import (
     Reply,
     ResumeRequested,
     SendDirect,
+    Throttles,
 )
 from supervisor.gateway.engine import load_engine_factory
 from supervisor.gateway.protocol import OpenSession, ProtocolError
@@ -215,3 +216,45 @@ def test_engine_factories_are_named_module_colon_attribute() -> None:
     ]:
         with pytest.raises(ValueError, match=complaint):
             load_engine_factory(bad)
+
+
+def test_the_core_and_what_it_imports_do_no_io() -> None:
+    """core.py reaches only the pure gateway modules, and those no runtime of I/O."""
+    import ast
+    from pathlib import Path
+
+    gateway = Path(__file__).resolve().parent.parent / "supervisor" / "gateway"
+    pure = {"core", "config", "limits", "protocol"}
+    forbidden = {"trio", "anyio", "asyncio", "sniffio", "threading", "socket", "pykka"}
+    for name in pure:
+        tree = ast.parse((gateway / f"{name}.py").read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                modules = [node.module or ""]
+            else:
+                continue
+            for module in modules:
+                assert module.split(".")[0] not in forbidden, (name, module)
+                if module.startswith("supervisor."):
+                    assert module.startswith("supervisor.gateway."), (name, module)
+                    assert module.rsplit(".", 1)[1] in pure, (name, module)
+
+
+def test_throttles_answer_a_failure_its_own_error_until_a_key_is_blocked() -> None:
+    config = GatewayConfig(
+        resume_failures_allowed=2, session_resume_failures_allowed=3, secret_failures_allowed=1
+    )
+    throttles = Throttles(config)
+    wrong = ProtocolError("invalid_resume_token", "no")
+    codes = [throttles.failed_resume("a1", "s1", wrong, now=0).code for _ in range(3)]
+    assert codes == ["invalid_resume_token", "invalid_resume_token", "resume_throttled"]
+    # Another address: its own count, until the session's own limit (3) is passed.
+    assert throttles.failed_resume("a2", "s1", wrong, now=0).code == "resume_throttled"
+    assert throttles.failed_resume("a2", "s2", wrong, now=0).code == "invalid_resume_token"
+    assert throttles.failed_resume("a1", "s1", wrong, now=61).code == "invalid_resume_token"
+    assert throttles.failed_credential("a1", "no secret", now=61).code == "unauthorized"
+    assert throttles.failed_credential("a1", "no secret", now=61).code == "secret_throttled"
+    # At 61 the failures of 0 expired: a2 and s2 are forgotten; a1, s1, and a1's secret stay.
+    assert len(throttles) == 3

@@ -33,7 +33,8 @@ from actors.errors import (
 )
 from supervisor.async_door import AsyncSessionRegistry
 from supervisor.gateway.config import GatewayConfig, GatewayCounters
-from supervisor.gateway.limits import AddressCounter, FailureThrottle
+from supervisor.gateway.core import Throttles
+from supervisor.gateway.limits import AddressCounter
 from supervisor.gateway.protocol import OpenSession, ProtocolError, ResumeSession
 
 __all__ = ["Admission"]
@@ -72,21 +73,7 @@ class Admission:
         self.config = config
         self.registry = registry
         self.counters = counters
-        self._throttle = FailureThrottle(
-            config.resume_failures_allowed,
-            config.resume_failure_window_s,
-            config.throttle_max_addresses,
-        )
-        self._session_throttle = FailureThrottle(
-            config.session_resume_failures_allowed,
-            config.session_resume_failure_window_s,
-            config.throttle_max_addresses,
-        )
-        self._secret_throttle = FailureThrottle(
-            config.secret_failures_allowed,
-            config.secret_failure_window_s,
-            config.throttle_max_addresses,
-        )
+        self.throttles = Throttles(config)
         # Counted from before the awaited create (a reservation) to the
         # session's end, so concurrent opens cannot pass the caps.
         self.sessions = AddressCounter(config.max_sessions, config.max_sessions_per_address)
@@ -95,7 +82,7 @@ class Admission:
 
     def throttled_addresses(self) -> int:
         """Keys (addresses, sessions) the failure throttles hold now (bounded, expiring)."""
-        return len(self._throttle) + len(self._secret_throttle) + len(self._session_throttle)
+        return len(self.throttles)
 
     def release(self, session_id: str) -> None:
         """The session ended: its place is free (idempotent)."""
@@ -118,11 +105,7 @@ class Admission:
 
     def refused_credential(self, address: str, message: str) -> None:
         """A wrong secret or identity from ``address``: counted, then refused."""
-        now = anyio.current_time()
-        if self._secret_throttle.blocked(address, now):
-            raise ProtocolError("secret_throttled", "too many wrong secrets from this address")
-        self._secret_throttle.failed(address, now)
-        raise ProtocolError("unauthorized", message)
+        raise self.throttles.failed_credential(address, message, anyio.current_time())
 
     async def open(
         self,
@@ -168,16 +151,7 @@ class Admission:
         return session_id, created.attachment_generation
 
     def _failed_resume(self, address: str, session_id: str, error: ProtocolError) -> ProtocolError:
-        """Count a failed resume; what to answer (throttled once past a limit)."""
-        now = anyio.current_time()
-        blocked = self._throttle.blocked(address, now) or self._session_throttle.blocked(
-            session_id, now
-        )
-        self._throttle.failed(address, now)
-        self._session_throttle.failed(session_id, now)
-        if blocked:
-            return ProtocolError("resume_throttled", "too many failed resumes; wait and retry")
-        return error
+        return self.throttles.failed_resume(address, session_id, error, anyio.current_time())
 
     async def resume(
         self, send: Send, close: Close, address: str, frame: ResumeSession, identity: object = None
