@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+from pathlib import Path
 
 import pytest
 import trio
@@ -19,7 +20,7 @@ from websockets.exceptions import ConnectionClosed
 
 from supervisor.gateway.chaos import ChaosConfig, run_chaos
 from supervisor.gateway.wire_client import WireClient, WireRejectedError
-from tests.attack_support import ServerProcess, server_process
+from tests.attack_support import ServerProcess, make_certificate, server_process
 from tests.gateway_support import Frame, contiguous, read_until, read_until_closed, seq_of
 
 SERVERS = ["trio", "asgi-uvicorn", "asgi-hypercorn"]
@@ -275,3 +276,18 @@ async def test_an_asgi_server_refuses_before_the_upgrade_with_403(server: str) -
             finally:
                 await held.cut()
     assert statuses == [403, 403, 403]
+
+
+@pytest.mark.parametrize("server", ASGI)
+async def test_an_asgi_server_serves_wss(server: str, tmp_path: Path) -> None:
+    cert, key = make_certificate(tmp_path)
+    with trio.fail_after(LIMIT):
+        async with server_process("--server", server, "--event-rate", "50", tls=(cert, key)) as p:
+            url = f"wss://127.0.0.1:{p.port}{p.path}"
+            client = await WireClient.connect(url, ca_file=cert)
+            try:
+                await client.send_json({"type": "session.open"})
+                assert (await client.receive_json())["type"] == "session.created"
+                assert seq_of(await client.receive_json()) == 1
+            finally:
+                await client.cut()
