@@ -20,7 +20,13 @@ from rich.table import Table
 
 from supervisor.cli_flags import SECRET_ENV, parser, read_secret
 from supervisor.gateway.chaos import ChaosConfig, ChaosReport, ClientReport, run_chaos
-from supervisor.gateway.engine import DemoEngine, Engine, EngineConfig, load_engine_factory
+from supervisor.gateway.engine import (
+    DemoEngine,
+    Engine,
+    EngineConfig,
+    load_callable,
+    load_engine_factory,
+)
 from supervisor.gateway.logs import configure_logging
 from supervisor.gateway.server import Gateway, GatewayConfig, serve_gateway
 from supervisor.gateway.servers import SERVER_ALIASES, ServeOptions, run_server
@@ -254,9 +260,13 @@ def _engine(args: argparse.Namespace) -> Engine:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    authenticate = None
+    if args.authenticate is not None:
+        authenticate = load_callable(args.authenticate, "--authenticate")
     options = ServeOptions(
         config=_gateway_config(args),
         engine=_engine(args),
+        authenticate=authenticate,
         stats_interval_s=args.stats_interval,
     )
     return run_server(args.server, options)

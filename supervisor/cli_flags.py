@@ -411,6 +411,13 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "line (default 10)",
     )
     serve.add_argument(
+        "--authenticate",
+        metavar="MODULE:HOOK",
+        help="HOOK(handshake) in MODULE returns the client's identity or None (refused: "
+        "error unauthorized, close 4401); a resume must come from the same identity "
+        "(default: none)",
+    )
+    serve.add_argument(
         "--engine",
         metavar="MODULE:FACTORY",
         help="your engine: FACTORY() in MODULE returns an object with start, answer and stop "

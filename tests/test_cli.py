@@ -313,7 +313,7 @@ def test_settings_from_files_and_modules_name_what_is_wrong(tmp_path: Path) -> N
     assert "trusted_proxies: 'not-an-address' is no address or network" in result.stderr
 
 
-async def test_serve_logs_json_lines_ours_at_debug_and_no_third_party_noise(
+async def test_serve_with_engine_and_hook_from_modules_logs_json_without_third_party_noise(
     tmp_path: Path,
 ) -> None:
     secret_file = tmp_path / "secret"
@@ -324,14 +324,21 @@ async def test_serve_logs_json_lines_ours_at_debug_and_no_third_party_noise(
         str(secret_file),
         "--engine",
         "examples.fastapi_app:SpellingEngine",
+        "--authenticate",
+        "examples.fastapi_app:authenticate",
     ]
     with trio.fail_after(LIMIT):
         async with _serve_process(command) as served:
-            client = await WireClient.connect(served.url)
+            nobody = await WireClient.connect(served.url)
+            _, closed = await read_until_closed(nobody)  # the hook wants ?user=
+            await nobody.cut()
+            assert closed.code == 4401
+            client = await WireClient.connect(served.url + "?user=ada")
             try:
                 await client.send_json({"type": "session.open", "secret": "s3cret"})
                 assert (await client.receive_json())["type"] == "session.created"
-                assert (await client.receive_json())["type"] == "hello"  # the engine's own
+                hello = await client.receive_json()  # the engine's own, with the identity
+                assert (hello["type"], hello["user"]) == ("hello", "ada")
                 await client.send_json({"type": "input", "client_event_id": "a", "text": "ok"})
                 letters = [await client.receive_json() for _ in range(3)]
                 assert [f.get("letter", f["type"]) for f in letters] == ["o", "k", "response.done"]

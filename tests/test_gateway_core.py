@@ -209,7 +209,7 @@ def test_engine_factories_are_named_module_colon_attribute() -> None:
     factory = load_engine_factory("examples.fastapi_app:SpellingEngine")
     assert hasattr(factory(), "answer")
     for bad, complaint in [
-        ("examples.fastapi_app", "expected module:factory"),
+        ("examples.fastapi_app", "expected module:name"),
         ("no_such_module_here:x", "cannot import"),
         ("examples.fastapi_app:Nope", "has no 'Nope'"),
         ("examples.fastapi_app:engine", "is not callable"),

@@ -41,6 +41,7 @@ __all__ = [
     "EngineConfig",
     "EngineSession",
     "SessionEnded",
+    "load_callable",
     "load_engine_factory",
 ]
 
@@ -80,23 +81,29 @@ class Engine(Protocol):
 EngineFactory = Callable[[], Engine]
 
 
-def load_engine_factory(spec: str) -> EngineFactory:
-    """``"package.module:factory"`` -> the factory; :class:`ValueError` saying what is wrong."""
+def load_callable(spec: str, flag: str) -> Callable[..., object]:
+    """``"package.module:name"`` -> that callable; :class:`ValueError` naming ``flag``
+    and what is wrong."""
     module_name, sep, attribute = spec.partition(":")
     if not sep or not module_name or not attribute:
-        raise ValueError(f"--engine {spec!r}: expected module:factory")
+        raise ValueError(f"{flag} {spec!r}: expected module:name")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ValueError(f"--engine {spec!r}: cannot import {module_name!r}: {exc}") from None
+        raise ValueError(f"{flag} {spec!r}: cannot import {module_name!r}: {exc}") from None
     target: object = module
     for part in attribute.split("."):
         if not hasattr(target, part):
-            raise ValueError(f"--engine {spec!r}: {module_name!r} has no {attribute!r}")
+            raise ValueError(f"{flag} {spec!r}: {module_name!r} has no {attribute!r}")
         target = getattr(target, part)
     if not callable(target):
-        raise ValueError(f"--engine {spec!r}: {attribute!r} is not callable")
-    factory: EngineFactory = target
+        raise ValueError(f"{flag} {spec!r}: {attribute!r} is not callable")
+    return target
+
+
+def load_engine_factory(spec: str) -> EngineFactory:
+    """``"package.module:factory"`` for ``serve --engine``."""
+    factory: EngineFactory = load_callable(spec, "--engine")  # type: ignore[assignment]
     return factory
 
 
