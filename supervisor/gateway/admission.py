@@ -173,6 +173,8 @@ class Admission:
         except KeyError:
             raise ProtocolError("unknown_session", "no such session") from None
         except JournalGapError as gap:
+            reasons = self.counters.gap_reasons
+            reasons[gap.reason] = reasons.get(gap.reason, 0) + 1
             raise ProtocolError(
                 "journal_gap",
                 "events after that sequence are gone",

@@ -102,6 +102,8 @@ class GatewayCounters:
     errors: dict[str, int] = field(default_factory=dict)
     #: Resumes by outcome: ``resumed`` or the error code that refused them.
     resume_outcomes: dict[str, int] = field(default_factory=dict)
+    #: Resumes refused ``journal_gap``, by what dropped the first missing event.
+    gap_reasons: dict[str, int] = field(default_factory=dict)
     #: Connections refused before the upgrade, by the cap they hit
     #: (``total``, ``address``); ``descriptors``: shed for want of descriptors.
     refused: dict[str, int] = field(default_factory=dict)

@@ -58,6 +58,14 @@ class _Figures(Collector):
         refused.add_metric(["gap"], stats.gap_errors)
         refused.add_metric(["overflow"], stats.overflow_errors)
         yield refused
+        gaps = CounterMetricFamily(
+            "duplex_resume_gaps",
+            "Resumes refused journal_gap, by what dropped the first missing event",
+            labels=["reason"],
+        )
+        for reason, n in sorted(counters.gap_reasons.items()):
+            gaps.add_metric([reason], n)
+        yield gaps
         yield CounterMetricFamily("duplex_session_crashes", "Session crashes", value=stats.crashes)
         yield CounterMetricFamily(
             "duplex_session_restarts", "Session restarts", value=stats.restarts
