@@ -1,15 +1,20 @@
 """The session half of duplex-supervisor: a pure state machine and its actor.
 
-``actors`` never imports ``supervisor``. Its modules :mod:`~actors.journal`,
-:mod:`~actors.credential`, :mod:`~actors.state`, :mod:`~actors.messages` and
-:mod:`~actors.codec` import no pykka, trio, asyncio or threading.
+What a user needs from this package is re-exported here (and, but for the
+pure core, from :mod:`supervisor` too): the error tree, the seed's journal
+and credential, the results of the registry's methods and the observer's
+events. Everything else in its modules (the sans-I/O state machine
+included, for now) is internal and may change.
+
+``actors`` never imports ``supervisor``. Its modules ``journal``,
+``credential``, ``state``, ``transition`` and ``messages`` import no pykka,
+trio, asyncio or threading.
 """
 
 from __future__ import annotations
 
 import logging
 
-from actors.codec import CodecError, from_dict, to_dict
 from actors.credential import ResumeCredential, ResumeToken
 from actors.errors import (
     ActivationAbortedError,
@@ -31,25 +36,27 @@ from actors.errors import (
 )
 from actors.journal import EventJournal, JournalEntry
 from actors.messages import (
+    ActivationPayloadFactory,
+    CloseCallable,
     DetachedAttachment,
     LifecycleEvent,
+    LifecycleKind,
+    ReplayCountingFactory,
     ResumeResult,
+    SendCallable,
     SessionCreated,
     TransportAttachment,
 )
-from actors.state import FAILPOINTS, Failpoints, SessionConfig, SessionState, Transition
 
-logger = logging.getLogger("duplex_supervisor.actors")
-logger.addHandler(logging.NullHandler())
+logging.getLogger("duplex_supervisor.actors").addHandler(logging.NullHandler())
 
 __all__ = [
-    "FAILPOINTS",
     "ActivationAbortedError",
-    "CodecError",
+    "ActivationPayloadFactory",
+    "CloseCallable",
     "DetachedAttachment",
     "DuplicateSessionError",
     "EventJournal",
-    "Failpoints",
     "GapReason",
     "InvalidInputError",
     "InvalidPayloadError",
@@ -60,21 +67,18 @@ __all__ = [
     "JournalGapError",
     "JournalOverflowError",
     "LifecycleEvent",
+    "LifecycleKind",
     "RegistryClosedError",
+    "ReplayCountingFactory",
     "ResumeCredential",
     "ResumeResult",
     "ResumeToken",
+    "SendCallable",
     "SendTimeoutError",
-    "SessionConfig",
     "SessionCrashedError",
     "SessionCreated",
     "SessionError",
     "SessionFailedError",
-    "SessionState",
-    "Transition",
     "TransportAttachment",
     "UnknownSessionError",
-    "from_dict",
-    "logger",
-    "to_dict",
 ]

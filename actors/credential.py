@@ -59,6 +59,7 @@ class ResumeCredential:
         return token_digest(plaintext)
 
     def verify(self, plaintext: str) -> bool:
+        """Whether ``plaintext`` is the current token (constant-time comparison)."""
         return hmac.compare_digest(self.token_digest, token_digest(plaintext))
 
     def rotate(self) -> ResumeToken:

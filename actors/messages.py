@@ -73,7 +73,9 @@ class ReplayCountingFactory(Protocol):
 
     def activation_payload(
         self, token: ResumeToken, generation: int, replayed: int
-    ) -> Mapping[str, object]: ...
+    ) -> Mapping[str, object]:
+        """The activation frame, knowing that ``replayed`` events follow it."""
+        ...
 
 
 def local(default: object = MISSING) -> Any:
@@ -270,6 +272,7 @@ LifecycleKind = Literal[
     "send_failed",
     "send_timeout",
     "invalid_token",
+    "event_refused",
 ]
 
 

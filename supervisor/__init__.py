@@ -1,12 +1,24 @@
-"""The supervisor half of duplex-supervisor: routing, restarts and front doors.
+"""duplex-supervisor: resumable duplex sessions as actors, behind three front doors.
 
-Errors are importable from here as well as from :mod:`actors`.
+Everything a user needs is importable from here; the modules of this
+package are internal and may change (the seed drop-in,
+:mod:`supervisor.compat`, the pytest plugin, :mod:`supervisor.testing`, and
+the gateway, :mod:`supervisor.gateway`, are public modules of their own).
+
+* trio: ``async with supervisor.open_session_registry(...) as registry``
+* asyncio: ``async with supervisor.open_asyncio_registry(...) as registry``
+* threads: ``with supervisor.ThreadSessionRegistry(...) as registry``
+
+Every door takes the keyword arguments of :class:`RegistryOptions` and has
+every method of the seed's registry, with the same names, parameters,
+results and errors.
 """
 
 from __future__ import annotations
 
 import logging
 
+from actors.credential import ResumeToken
 from actors.errors import (
     ActivationAbortedError,
     DuplicateSessionError,
@@ -24,25 +36,60 @@ from actors.errors import (
     SessionFailedError,
     UnknownSessionError,
 )
+from actors.journal import JournalEntry
+from actors.messages import (
+    DetachedAttachment,
+    LifecycleEvent,
+    ResumeResult,
+    SessionCreated,
+    TransportAttachment,
+)
+from supervisor.actor import RegistryStats
+from supervisor.async_door import AsyncSessionRegistry
+from supervisor.asyncio_registry import AsyncioSessionRegistry
+from supervisor.asyncio_registry import open_session_registry as open_asyncio_registry
+from supervisor.faults import FaultPlan, InjectedFaultError
+from supervisor.options import RegistryOptions
+from supervisor.policy import RestartPolicy
+from supervisor.threads import BlockingClose, BlockingSend, ThreadSessionRegistry
+from supervisor.trio_registry import TrioSessionRegistry, open_session_registry
 
-logger = logging.getLogger("duplex_supervisor.supervisor")
-logger.addHandler(logging.NullHandler())
+logging.getLogger("duplex_supervisor.supervisor").addHandler(logging.NullHandler())
 
 __all__ = [
     "ActivationAbortedError",
+    "AsyncSessionRegistry",
+    "AsyncioSessionRegistry",
+    "BlockingClose",
+    "BlockingSend",
+    "DetachedAttachment",
     "DuplicateSessionError",
+    "FaultPlan",
+    "InjectedFaultError",
     "InvalidInputError",
     "InvalidPayloadError",
     "InvalidResumeTokenError",
     "InvalidSequenceError",
     "InvalidSessionIdError",
+    "JournalEntry",
     "JournalGapError",
     "JournalOverflowError",
+    "LifecycleEvent",
     "RegistryClosedError",
+    "RegistryOptions",
+    "RegistryStats",
+    "RestartPolicy",
+    "ResumeResult",
+    "ResumeToken",
     "SendTimeoutError",
     "SessionCrashedError",
+    "SessionCreated",
     "SessionError",
     "SessionFailedError",
+    "ThreadSessionRegistry",
+    "TransportAttachment",
+    "TrioSessionRegistry",
     "UnknownSessionError",
-    "logger",
+    "open_asyncio_registry",
+    "open_session_registry",
 ]

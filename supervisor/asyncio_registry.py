@@ -16,21 +16,15 @@ written against the seed's class, see :mod:`supervisor.compat`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from actors.errors import SessionError
-from actors.messages import CloseCallable, LifecycleEvent, SendCallable
+from actors.messages import CloseCallable, SendCallable
 from actors.ports import NO_WAITER
-from actors.state import SessionConfig
-from supervisor.actor import SessionSystem
-from supervisor.async_door import AsyncSessionRegistry, LoopReply, check_timing
-from supervisor.faults import FaultPlan
+from supervisor.async_door import AsyncSessionRegistry, LoopReply
+from supervisor.options import RegistryOptions
 from supervisor.outbox import AsyncioOutbox, CoalescingPort, OutboxCore
-from supervisor.policy import RestartPolicy
 
 __all__ = ["AsyncioSessionRegistry", "open_session_registry"]
 
@@ -60,55 +54,25 @@ class AsyncioReply(LoopReply):
 
 
 class AsyncioSessionRegistry(AsyncSessionRegistry):
-    """An actor registry bound to the running asyncio loop; :meth:`aclose` ends it.
+    """A registry bound to the running asyncio loop; :meth:`aclose` ends it.
 
-    Build it inside a running loop (``open_session_registry`` does).
+    Build it inside a running loop, with the keyword arguments of
+    :class:`~supervisor.RegistryOptions`, or let
+    :func:`open_session_registry` build and close it.
+    ``send_event_nowait`` raises ``asyncio.QueueFull`` when the session has
+    ``max_pending_per_session`` calls in flight.
     """
 
-    def __init__(
-        self,
-        *,
-        replay_ttl_s: float,
-        replay_max_bytes_per_session: int,
-        replay_max_events_per_session: int | None = None,
-        clock: Callable[[], float] | None = None,
-        disconnect_grace_s: float | None = None,
-        send_timeout_s: float | None = 10.0,
-        restart_policy: RestartPolicy | None = None,
-        faults: FaultPlan | None = None,
-        observer: Callable[[LifecycleEvent], None] | None = None,
-        sweep_interval_s: float | None = 1.0,
-        max_pending_per_session: int = 10_000,
-        strict: bool = True,
-        daemon_threads: bool = False,
-    ) -> None:
-        check_timing(sweep_interval_s=sweep_interval_s, send_timeout_s=send_timeout_s)
+    def __init__(self, **options: Any) -> None:
         self._loop = asyncio.get_running_loop()
-        port = CoalescingPort(self._loop.call_soon_threadsafe)
         super().__init__(
-            system=SessionSystem(
-                config=SessionConfig(
-                    replay_ttl_s=replay_ttl_s,
-                    replay_max_bytes=replay_max_bytes_per_session,
-                    replay_max_events=replay_max_events_per_session,
-                    disconnect_grace_s=disconnect_grace_s,
-                    strict=strict,
-                ),
-                clock=clock or time.monotonic,
-                port=port,
-                restart_policy=restart_policy,
-                faults=faults,
-                observer=observer,
-                daemon_threads=daemon_threads,
-            ),
-            port=port,
-            strict=strict,
-            send_timeout_s=send_timeout_s,
-            max_pending_per_session=max_pending_per_session,
+            options=RegistryOptions(**options),
+            port=CoalescingPort(self._loop.call_soon_threadsafe),
         )
         self._tasks: set[asyncio.Task[None]] = set()
-        if sweep_interval_s is not None:
-            self._spawn(self._ticker(sweep_interval_s))
+        interval = self._options.sweep_interval_s
+        if interval is not None:
+            self._spawn(self._ticker(interval))
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -159,8 +123,17 @@ class AsyncioSessionRegistry(AsyncSessionRegistry):
             if not self._closed:
                 self._system.sweep(NO_WAITER)
 
-    async def aclose(self, drain_timeout_s: float = 2.0) -> None:
-        """Stop new work, let outboxes drain a little, stop every actor, join.
+    async def _sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+    def _now(self) -> float:
+        return self._loop.time()
+
+    async def _in_thread(self, fn: Callable[[], None]) -> None:
+        await self._loop.run_in_executor(None, fn)
+
+    async def aclose(self) -> None:
+        """Shut the registry down (see ``open_session_registry``); idempotent.
 
         Shielded, like trio's door: a caller cancelled (even again and again)
         while closing still waits until every actor has stopped, then gets
@@ -169,8 +142,7 @@ class AsyncioSessionRegistry(AsyncSessionRegistry):
         """
         if self._closed:
             return
-        self._closed = True
-        closing = self._loop.create_task(self._shut_down(drain_timeout_s))
+        closing = self._loop.create_task(self._stop_everything())
         cancelled = False
         while not closing.done():
             try:
@@ -181,59 +153,29 @@ class AsyncioSessionRegistry(AsyncSessionRegistry):
             raise asyncio.CancelledError
         closing.result()
 
-    async def _shut_down(self, drain_timeout_s: float) -> None:
-        self._flush_all()
-        deadline = self._loop.time() + drain_timeout_s
-        # A call still in flight (a send_event_nowait whose frame is on its way
-        # from the actor to its outbox) is undrained too, not only queued frames.
-        while (self._pending or not all(o.idle for o in self._outboxes)) and (
-            self._loop.time() < deadline
-        ):
-            await asyncio.sleep(0.01)
-        reply = self._new_reply()
-        self._system.shutdown(reply)
-        with contextlib.suppress(SessionError, TimeoutError):
-            # Whatever the stop answered, every thread is joined below.
-            await asyncio.wait_for(reply.wait(), 10)
-        await self._loop.run_in_executor(None, self._system.join, 10.0)
+    async def _stop_everything(self) -> None:
+        await self._shut_down()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
 
 @asynccontextmanager
-async def open_session_registry(
-    *,
-    replay_ttl_s: float,
-    replay_max_bytes_per_session: int,
-    replay_max_events_per_session: int | None = None,
-    clock: Callable[[], float] | None = None,
-    disconnect_grace_s: float | None = None,
-    send_timeout_s: float | None = 10.0,
-    restart_policy: RestartPolicy | None = None,
-    faults: FaultPlan | None = None,
-    observer: Callable[[LifecycleEvent], None] | None = None,
-    sweep_interval_s: float | None = 1.0,
-    max_pending_per_session: int = 10_000,
-    strict: bool = True,
-    drain_timeout_s: float = 2.0,
-) -> AsyncIterator[AsyncioSessionRegistry]:
-    """An actor registry for the running asyncio loop (parameters as trio's door)."""
-    registry = AsyncioSessionRegistry(
-        replay_ttl_s=replay_ttl_s,
-        replay_max_bytes_per_session=replay_max_bytes_per_session,
-        replay_max_events_per_session=replay_max_events_per_session,
-        clock=clock,
-        disconnect_grace_s=disconnect_grace_s,
-        send_timeout_s=send_timeout_s,
-        restart_policy=restart_policy,
-        faults=faults,
-        observer=observer,
-        sweep_interval_s=sweep_interval_s,
-        max_pending_per_session=max_pending_per_session,
-        strict=strict,
-    )
+async def open_session_registry(**options: Any) -> AsyncIterator[AsyncioSessionRegistry]:
+    """Run a session registry on the running asyncio loop, for the block's duration.
+
+    The asyncio twin of the trio door's ``open_session_registry``: the same
+    keyword arguments (the fields of :class:`~supervisor.RegistryOptions`),
+    the same methods, the same shutdown at the end of the block (shielded
+    from cancellation: drain for up to ``drain_timeout_s``, stop every
+    session, join every thread; no transport's ``close`` is called).
+    ``send`` and ``close`` of its transports are coroutine functions.
+
+    Yields:
+        AsyncioSessionRegistry: the registry.
+    """
+    registry = AsyncioSessionRegistry(**options)
     try:
         yield registry
     finally:
-        await registry.aclose(drain_timeout_s)
+        await registry.aclose()

@@ -16,6 +16,7 @@ to the loop of its first call; using it from another loop is an error.
 from __future__ import annotations
 
 import asyncio
+import threading
 import weakref
 from collections.abc import Callable
 
@@ -31,6 +32,9 @@ from actors.messages import (
 from actors.ports import NO_WAITER
 from supervisor.actor import RegistryStats, SessionSystem
 from supervisor.asyncio_registry import AsyncioSessionRegistry
+
+#: How long the finalizer's thread waits for the sessions, then for the threads.
+_FINALIZER_WAIT_S = 10.0
 
 __all__ = [
     "DuplexDetachedAttachment",
@@ -57,9 +61,39 @@ DuplexSessionResumeResult = ResumeResult
 DuplexTransportAttachment = TransportAttachment
 
 
+class _Stopped:
+    """The reply of the finalizer's shutdown: any answer means it is done."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+
+    def resolve(self, value: object) -> None:
+        self.event.set()
+
+    def fail(self, error: BaseException) -> None:
+        self.event.set()
+
+
+def _stop_and_join(system: SessionSystem) -> None:
+    stopped = _Stopped()
+    system.shutdown(stopped)
+    stopped.event.wait(_FINALIZER_WAIT_S)
+    system.join(_FINALIZER_WAIT_S)
+
+
 def _stop_quietly(system: SessionSystem) -> None:
-    """The finalizer: tell every actor to stop; wait for nobody."""
-    system.shutdown(NO_WAITER)
+    """The finalizer: stop every actor, the supervisor too, on a thread of its own.
+
+    A finalizer may run on any thread, an actor's included, so it waits for
+    nothing itself. At interpreter exit, when no thread may start, it only
+    tells the sessions to stop (their threads are daemons).
+    """
+    try:
+        threading.Thread(
+            target=_stop_and_join, args=(system,), name="duplex-finalizer", daemon=True
+        ).start()
+    except RuntimeError:
+        system.shutdown(NO_WAITER)
 
 
 class DuplexSessionAttachmentRegistry(AsyncioSessionRegistry):
@@ -118,8 +152,8 @@ class DuplexSessionAttachmentRegistry(AsyncioSessionRegistry):
     def stats(self) -> RegistryStats:
         return super().stats() if self._bound else RegistryStats()
 
-    async def aclose(self, drain_timeout_s: float = 2.0) -> None:
+    async def aclose(self) -> None:
         """Stop the actors now (optional: a finalizer does it otherwise)."""
         if self._bound:
-            await super().aclose(drain_timeout_s)
+            await super().aclose()
         self._closed = True

@@ -67,7 +67,19 @@ class _Rule:
 
 
 class FaultPlan:
-    """Armed faults; see the module docstring."""
+    """Faults to inject into a registry, for tests: pass ``faults=plan`` to any door.
+
+    Arm faults before or while the registry runs; each fires as many times
+    as armed, then disarms. ``hits`` counts every failpoint reached and
+    ``fired`` every fault that fired, by name. Thread-safe.
+
+    Example::
+
+        plan = FaultPlan()
+        plan.crash("send_event.recorded", session_id="s1")
+        plan.fail_send("s1", nth=3)
+        plan.jump_clock(60)
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -81,11 +93,20 @@ class FaultPlan:
 
     @staticmethod
     def failpoint_names() -> tuple[str, ...]:
+        """Every failpoint ``crash`` accepts, ``"<command>.<step>"``."""
         return FAILPOINTS
 
     # -- arming ---------------------------------------------------------------
 
     def crash(self, failpoint: str, *, session_id: str | None = None, times: int = 1) -> None:
+        """Crash the next ``times`` commands that reach ``failpoint`` (of ``session_id``, or any).
+
+        The command's caller gets ``SessionCrashedError``; the session
+        restarts from its state before the command (see ``RestartPolicy``).
+
+        Raises:
+            ValueError: an unknown failpoint, or ``times < 1``.
+        """
         if failpoint not in FAILPOINTS:
             raise ValueError(f"unknown failpoint {failpoint!r}; see FaultPlan.failpoint_names()")
         if times < 1:
@@ -94,12 +115,18 @@ class FaultPlan:
             self._rules.append(_Rule(failpoint, session_id, times))
 
     def crash_supervisor(self, *, times: int = 1) -> None:
+        """Crash the supervisor on its next ``times`` messages; a new one takes over."""
         if times < 1:
             raise ValueError("times must be >= 1")
         with self._lock:
             self._supervisor_crashes += times
 
     def jump_clock(self, seconds: float) -> None:
+        """Move the registry's clock forward by ``seconds`` (TTLs and grace see it).
+
+        Raises:
+            ValueError: a negative jump.
+        """
         if seconds < 0:
             raise ValueError("the clock only jumps forward")
         with self._lock:
@@ -113,23 +140,32 @@ class FaultPlan:
         generation: int | None = None,
         error: BaseException | None = None,
     ) -> None:
+        """Make the ``nth`` send of the session's attachment raise ``error``.
+
+        ``ConnectionResetError`` by default; ``generation`` limits it to one
+        attachment generation. Sends are counted per attachment, from 1.
+        """
         self._add_send(session_id, generation, nth, TransportAction("fail", error=error))
 
     def hang_send(self, session_id: str, *, nth: int = 1, generation: int | None = None) -> None:
+        """Make the ``nth`` send of the session's attachment hang (until ``send_timeout_s``)."""
         self._add_send(session_id, generation, nth, TransportAction("hang"))
 
     def delay_send(
         self, session_id: str, *, seconds: float, nth: int = 1, generation: int | None = None
     ) -> None:
+        """Delay the ``nth`` send of the session's attachment by ``seconds`` (real time)."""
         if seconds < 0:
             raise ValueError("seconds must be >= 0")
         self._add_send(session_id, generation, nth, TransportAction("delay", seconds=seconds))
 
     def fail_close(self, session_id: str, *, times: int = 1) -> None:
+        """Make the next ``times`` transport closes of the session fail (logged, ignored)."""
         with self._lock:
             self._close_failures[session_id] += times
 
     def clear(self) -> None:
+        """Disarm every fault (clock jumps stay)."""
         with self._lock:
             self._rules.clear()
             self._send_rules.clear()
@@ -154,6 +190,7 @@ class FaultPlan:
         raise InjectedFaultError(f"injected fault at {name} in session {session_id}")
 
     def supervisor_hit(self, step: str) -> None:
+        """The supervisor's hook: raise if a supervisor crash is armed."""
         with self._lock:
             if self._supervisor_crashes == 0:
                 return
@@ -178,6 +215,7 @@ class FaultPlan:
         return None
 
     def check_close(self, session_id: str) -> None:
+        """The outbox's hook before a transport close: raise if a close failure is armed."""
         with self._lock:
             if self._close_failures[session_id] <= 0:
                 return

@@ -36,11 +36,13 @@ class RestartPolicy:
             raise ValueError("jitter must be within [0, 1]")
 
     def allows_restart(self, crash_times: list[float], now: float) -> bool:
+        """Whether a session may restart; drops crash times older than the window."""
         cutoff = now - self.within_s
         crash_times[:] = [t for t in crash_times if t > cutoff]
         return len(crash_times) <= self.max_restarts
 
     def backoff_s_for(self, restarts: int) -> float:
+        """The delay before the ``restarts``-th restart within the window."""
         if self.backoff_s == 0 or restarts <= 0:
             return 0.0
         base = min(self.max_backoff_s, self.backoff_s * 2 ** (restarts - 1))

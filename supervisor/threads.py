@@ -1,12 +1,10 @@
 """The blocking front door, for engine threads that are not an event loop.
 
-:class:`ThreadSessionRegistry` has every method of the seed's registry, with
-the same names, parameters, results and errors, but blocking (each takes an
-optional ``timeout``), plus ``send_event_nowait``. Attachments' ``send`` and
-``close`` are plain blocking callables: each attachment gets an outbox thread
-that calls them in order, so a hung client stalls only its own outbox, never
-a session thread. ``on_accepted`` and observer callbacks run on one
-dispatcher thread per registry.
+:class:`ThreadSessionRegistry` is the trio door run on a loop thread of its
+own, with a blocking form of every method. Its methods are not written
+again here: each is made from the async door's method of the same name, so
+the three doors share one description of the seed's methods, one outbox,
+one shutdown.
 
     with ThreadSessionRegistry(replay_ttl_s=30, replay_max_bytes_per_session=1 << 20) as reg:
         created = reg.create("s1", send=ws.send_json, close=ws.close)
@@ -15,230 +13,148 @@ dispatcher thread per registry.
 
 from __future__ import annotations
 
-import logging
+import inspect
+import math
 import queue
 import threading
-import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from actors.errors import RegistryClosedError
-from actors.journal import JournalEntry
+import outcome
+import trio
+
+from actors.errors import RegistryClosedError, SessionError, UnknownSessionError
 from actors.messages import (
-    AbortResume,
-    Acknowledge,
     ActivationPayloadFactory,
-    AuthenticateResume,
-    BeginResume,
-    Close,
-    Command,
-    DetachedAttachment,
-    EndResume,
-    HasAttachment,
-    IsCurrentAttachment,
-    LifecycleEvent,
-    ReleaseAttachment,
-    Resume,
     ResumeResult,
-    SendEvent,
-    SendEvents,
     SessionCreated,
-    SettleLeaseGeneration,
-    TransportAttachment,
 )
-from actors.ports import (
-    NO_WAITER,
-    Delivery,
-    delivery_frames,
-    settle_delivered,
-    settle_dropped,
-    settle_failed,
-)
-from actors.state import SessionConfig, check_session_id
 from supervisor.actor import RegistryStats, SessionSystem
-from supervisor.faults import FaultPlan
-from supervisor.policy import RestartPolicy
+from supervisor.async_door import AsyncSessionRegistry
+from supervisor.options import RegistryOptions
+from supervisor.outbox import BlockingTrioOutbox, TrioOutbox
+from supervisor.trio_registry import TrioSessionRegistry, serve_registry
 
 __all__ = ["BlockingClose", "BlockingSend", "ThreadSessionRegistry"]
 
-logger = logging.getLogger("duplex_supervisor.supervisor")
-
+#: A blocking transport ``send(frame)``: called on a worker thread, in order.
 BlockingSend = Callable[[dict[str, object]], object]
+#: A blocking transport ``close(reason)``: called on a worker thread.
 BlockingClose = Callable[[str], object]
 
-_STOP = object()
+#: How often a blocking caller checks that the loop thread still runs.
+_LOOP_CHECK_S = 1.0
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
-class ThreadReply:
-    """A reply a thread blocks on. The first answer wins."""
+class _HostedTrioRegistry(TrioSessionRegistry):
+    """The trio door on the thread door's loop: blocking transports run on threads."""
 
-    __slots__ = ("_error", "_event", "_lock", "_value")
+    def __init__(self, *, options: RegistryOptions, nursery: trio.Nursery) -> None:
+        super().__init__(options=options, nursery=nursery)
+        # Unbounded: a hung send holds its thread, and must not hold up the
+        # sends of other attachments nor its own transport's close.
+        self._limiter = trio.CapacityLimiter(math.inf)
 
-    def __init__(self) -> None:
-        self._event = threading.Event()
-        self._lock = threading.Lock()
-        self._value: object = None
-        self._error: BaseException | None = None
+    def pending_calls(self, session_id: str) -> int:
+        return self._pending.get(session_id, 0)
 
-    def resolve(self, value: object) -> None:
-        with self._lock:
-            if self._event.is_set():
-                return
-            self._value = value
-            self._event.set()
-
-    def fail(self, error: BaseException) -> None:
-        with self._lock:
-            if self._event.is_set():
-                return
-            self._error = error
-            self._event.set()
-
-    def wait(self, timeout: float | None) -> Any:
-        if not self._event.wait(timeout):
-            raise TimeoutError(f"no answer within {timeout} s")
-        if self._error is not None:
-            raise self._error
-        return self._value
-
-
-class _Worker:
-    """A named daemon thread running callables from a queue, in order."""
-
-    def __init__(self, name: str) -> None:
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self.thread.start()
-
-    def submit(self, fn: Callable[[], object]) -> None:
-        self._queue.put(fn)
-
-    def stop(self) -> None:
-        self._queue.put(_STOP)
-
-    def _run(self) -> None:
-        while (fn := self._queue.get()) is not _STOP:
-            try:
-                fn()
-            except Exception:
-                logger.exception("callback raised on %s", self.thread.name)
-
-
-class ThreadOutbox:
-    """One attachment generation's wire: blocking sends on a thread of its own.
-
-    ``label`` only names the thread: a resume's outbox exists before the
-    session has numbered its attachment. Events take the generation from the
-    delivery that failed.
-    """
-
-    def __init__(
-        self,
-        *,
-        session_id: str,
-        label: str,
-        send: BlockingSend,
-        close: BlockingClose,
-        notify: Callable[[LifecycleEvent], None],
+    def send_event_nowait_or_report(
+        self, session_id: str, payload: Mapping[str, object], journal: bool
     ) -> None:
-        self._session_id = session_id
-        self._send = send
-        self._close = close
-        self._notify = notify
-        self._retired: str | None = None
-        self._worker = _Worker(f"duplex-outbox:{session_id}:{label}")
-        self.thread = self._worker.thread
-
-    def post(self, delivery: Delivery) -> None:
-        self._worker.submit(lambda: self._deliver(delivery))
-
-    def retire(self, reason: str) -> None:
-        if self._retired is None:
-            self._retired = reason
-            self._worker.stop()
-
-    def close_transport(self, reason: str) -> None:
-        if self._retired is None:
-            self._retired = reason
-            self._worker.submit(lambda: self._close(reason))
-            self._worker.stop()
-
-    def _deliver(self, delivery: Delivery) -> None:
-        if self._retired is not None:
-            settle_dropped(delivery, self._retired)
-            return
+        """A thread's ``send_event_nowait``, landed on the loop: refusals are reported."""
         try:
-            for frame in delivery_frames(delivery.effect):
-                self._send(frame)
-        except BaseException as exc:  # noqa: BLE001 - any send failure is the caller's answer
-            if not settle_failed(delivery, exc):
-                self._give_up("send_failed", delivery.effect.attachment_generation)
-            return
-        on_delivered = getattr(delivery.effect, "on_delivered", None)
-        if on_delivered is not None:
-            on_delivered()
-        settle_delivered(delivery)
+            self.send_event_nowait(session_id, payload, journal=journal)
+        except (SessionError, trio.WouldBlock) as exc:
+            self.report_refused(session_id, exc)
 
-    def _give_up(self, reason: str, generation: int) -> None:
-        self._notify(
-            LifecycleEvent(
-                kind="send_failed",
-                session_id=self._session_id,
-                attachment_generation=generation,
-                reason=reason,
-            )
-        )
-        self.close_transport(reason)
+    def spawn(self, async_fn: Callable[[], Awaitable[None]]) -> None:
+        """Run ``async_fn`` as a task of the registry (on the loop)."""
+        self._nursery.start_soon(async_fn)
+
+    def _new_outbox(self, **kwargs: Any) -> TrioOutbox:
+        return BlockingTrioOutbox(limiter=self._limiter, **kwargs)
+
+
+def _blocking(
+    method: Callable[Concatenate[AsyncSessionRegistry, _P], Awaitable[_R]],
+) -> Callable[Concatenate[ThreadSessionRegistry, _P], _R]:
+    """The blocking form of an async door method, run on the registry's loop."""
+    name = method.__name__
+
+    def call(self: ThreadSessionRegistry, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        result: _R = self._run(name, args, kwargs)
+        return result
+
+    call.__name__ = name
+    call.__qualname__ = f"ThreadSessionRegistry.{name}"
+    # help() and IDEs show the async method's parameters, not *args/**kwargs.
+    setattr(call, "__signature__", inspect.signature(method))  # noqa: B010
+    call.__doc__ = (
+        f"Blocking :meth:`AsyncSessionRegistry.{name}`: the same parameters, result "
+        "and errors; it waits at most the registry's ``timeout`` "
+        "(``TimeoutError``, the call cancelled as on the async door)."
+    )
+    return call
 
 
 class ThreadSessionRegistry:
-    """Blocking registry; see the module docstring. Use it as a context manager."""
+    """The seed's registry for plain threads; use it as a context manager.
 
-    def __init__(
-        self,
-        *,
-        replay_ttl_s: float,
-        replay_max_bytes_per_session: int,
-        replay_max_events_per_session: int | None = None,
-        clock: Callable[[], float] | None = None,
-        disconnect_grace_s: float | None = None,
-        restart_policy: RestartPolicy | None = None,
-        faults: FaultPlan | None = None,
-        observer: Callable[[LifecycleEvent], None] | None = None,
-        strict: bool = True,
-        timeout: float | None = 30.0,
-        sweep_interval_s: float | None = 1.0,
-    ) -> None:
-        config = SessionConfig(
-            replay_ttl_s=replay_ttl_s,
-            replay_max_bytes=replay_max_bytes_per_session,
-            replay_max_events=replay_max_events_per_session,
-            disconnect_grace_s=disconnect_grace_s,
-            strict=strict,
-        )
-        self._strict = strict
+    Every method of :class:`AsyncSessionRegistry` is here, blocking, with the
+    same parameters, results and errors; call them from any thread except
+    the registry's own loop thread (so never from an ``on_accepted`` or an
+    observer callback: that raises ``RuntimeError``). A thread's calls,
+    blocking or ``send_event_nowait``, reach the registry in the order the
+    thread made them. ``send`` and ``close`` of its transports are plain
+    blocking callables, run on worker threads, each attachment's in order,
+    so a hung client stalls only its own outbox; ``send_timeout_s`` bounds
+    each send as on the other doors (a timed-out worker thread is abandoned).
+    ``on_accepted`` and observer callbacks run on the loop thread and must
+    not block.
+
+    Args:
+        timeout: How long a blocking call waits for its answer (``None``:
+            forever). Past it the call is cancelled, exactly as a cancelled
+            async call (a ``send_event`` stays journaled; a ``resume`` rolls
+            back), and ``TimeoutError`` is raised.
+        **options: The fields of :class:`~supervisor.RegistryOptions`.
+
+    Raises:
+        ValueError: a bad option, before any thread starts.
+    """
+
+    def __init__(self, *, timeout: float | None = 30.0, **options: Any) -> None:
+        self._options = RegistryOptions(**options)
         self._timeout = timeout
-        self._dispatcher = _Worker("duplex-dispatch")
-        self._system = SessionSystem(
-            config=config,
-            clock=clock or time.monotonic,
-            port=self._dispatcher,
-            restart_policy=restart_policy,
-            faults=faults,
-            observer=observer,
-        )
+        self._started = threading.Event()
+        self._stop: trio.Event | None = None
+        self._door: _HostedTrioRegistry | None = None
+        self._failure: BaseException | None = None
         self._closed = False
-        self._outbox_threads: list[threading.Thread] = []
-        # Journals prune by TTL, and grace expires, even for idle sessions.
-        self._ticker_stop = threading.Event()
-        self._ticker: threading.Thread | None = None
-        if sweep_interval_s is not None:
-            if not sweep_interval_s > 0:
-                raise ValueError("sweep_interval_s must be positive (or None: sweep() only)")
-            self._ticker = threading.Thread(
-                target=self._tick, args=(sweep_interval_s,), name="duplex-ticker", daemon=True
-            )
-            self._ticker.start()
+        self._thread = threading.Thread(target=self._loop, name="duplex-loop", daemon=True)
+        self._thread.start()
+        self._started.wait()
+        if self._failure is not None:
+            raise self._failure
+
+    def _loop(self) -> None:
+        try:
+            trio.run(self._serve)
+        except BaseException as exc:  # noqa: BLE001 - handed to the constructor
+            self._failure = exc
+        finally:
+            self._started.set()
+
+    async def _serve(self) -> None:
+        registry: Any
+        async with serve_registry(self._options, _HostedTrioRegistry) as registry:
+            self._door = registry
+            self._stop = trio.Event()
+            self._started.set()
+            await self._stop.wait()
 
     def __enter__(self) -> ThreadSessionRegistry:
         return self
@@ -247,41 +163,57 @@ class ThreadSessionRegistry:
         self.shutdown()
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(sessions={len(self._system.session_ids())})"
+        return f"{type(self).__name__}(sessions={len(self.session_ids())})"
 
     @property
     def system(self) -> SessionSystem:
-        return self._system
+        """The actors behind this registry (for tests and diagnostics)."""
+        return self._hosted().system
 
-    # -- plumbing ------------------------------------------------------------
+    def _hosted(self) -> _HostedTrioRegistry:
+        door = self._door
+        if door is None:
+            raise RegistryClosedError("the session registry is shut down")
+        return door
 
-    def _outbox(self, session_id: str, label: str, send: Any, close: Any) -> ThreadOutbox:
-        outbox = ThreadOutbox(
-            session_id=session_id,
-            label=label,
-            send=send,
-            close=close,
-            notify=self._system.notify,
-        )
-        self._outbox_threads = [t for t in self._outbox_threads if t.is_alive()]
-        self._outbox_threads.append(outbox.thread)
-        return outbox
+    def _run(self, name: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+        """Run the async door's method ``name`` on the loop; block for its outcome.
 
-    def _open_reply(self) -> ThreadReply:
-        """A reply for one call, or RegistryClosedError once shut down."""
+        The call rides the registry's port, like ``send_event_nowait``, so it
+        reaches the loop after everything this thread queued before it.
+        """
+        door = self._hosted()
         if self._closed:
             raise RegistryClosedError("the session registry is shut down")
-        return ThreadReply()
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("a blocking call from the registry's own loop thread")
+        method = getattr(door, name)
+        limit = math.inf if self._timeout is None else self._timeout
+        done = threading.Event()
+        answer: list[outcome.Outcome[Any]] = []
 
-    def _wait(self, reply: ThreadReply, timeout: float | None) -> Any:
-        return reply.wait(timeout if timeout is not None else self._timeout)
+        async def call() -> None:
+            try:
+                with trio.move_on_after(limit) as scope:
+                    answer.append(outcome.Value(await method(*args, **kwargs)))
+                if scope.cancelled_caught:
+                    answer.append(outcome.Error(TimeoutError(f"no answer within {limit} s")))
+            except trio.Cancelled:
+                # The registry shut down under this call.
+                answer.append(outcome.Error(RegistryClosedError("the registry was shut down")))
+                raise
+            except BaseException as exc:  # noqa: BLE001 - it is the caller's answer
+                answer.append(outcome.Error(exc))
+            finally:
+                done.set()
 
-    def _ask(self, session_id: str, command: Command, timeout: float | None = None) -> Any:
-        reply = self._open_reply()
-        self._system.call(session_id, command, reply)
-        return self._wait(reply, timeout)
+        door.submit(lambda: door.spawn(call))
+        while not done.wait(_LOOP_CHECK_S):
+            if not self._thread.is_alive():
+                raise RegistryClosedError("the session registry is shut down")
+        return answer[0].unwrap()
 
-    # -- the seed's methods ------------------------------------------------------
+    # -- the seed's methods, and the async door's others, blocking -----------------------
 
     def create(
         self,
@@ -290,123 +222,27 @@ class ThreadSessionRegistry:
         send: BlockingSend,
         close: BlockingClose,
         lease_generation: int = 0,
-        timeout: float | None = None,
     ) -> SessionCreated:
-        check_session_id(session_id, strict=self._strict)
-        reply = self._open_reply()
-        outbox = self._outbox(session_id, "1", send, close)
-        self._system.create(
-            session_id,
-            send=send,  # type: ignore[arg-type]
-            close=close,  # type: ignore[arg-type]
-            lease_generation=lease_generation,
-            outbox=outbox,
-            reply=reply,
-        )
-        try:
-            created: SessionCreated = self._wait(reply, timeout)
-        except BaseException:
-            outbox.retire("create_failed")
-            raise
+        """Blocking :meth:`AsyncSessionRegistry.create`, for blocking transports.
+
+        ``send`` and ``close`` are plain callables, run on worker threads;
+        the returned attachment (and every later one) holds them as given.
+        """
+        kwargs = {"send": send, "close": close, "lease_generation": lease_generation}
+        created: SessionCreated = self._run("create", (session_id,), kwargs)
         return created
 
-    def send_event(
-        self,
-        session_id: str,
-        payload: Mapping[str, object],
-        *,
-        journal: bool = True,
-        on_accepted: Callable[[], None] | None = None,
-        timeout: float | None = None,
-    ) -> JournalEntry | None:
-        command = SendEvent(payload=payload, journal=journal, on_accepted=on_accepted)
-        entry: JournalEntry | None = self._ask(session_id, command, timeout)
-        return entry
-
-    def send_event_nowait(
-        self, session_id: str, payload: Mapping[str, object], *, journal: bool = True
-    ) -> None:
-        """Queue an event and return at once; failures go to the observer and the log."""
-        self._open_reply()
-        if not self._system.knows(session_id):
-            raise KeyError(f"unknown duplex attachment session: {session_id}")
-        self._system.call(session_id, SendEvent(payload=payload, journal=journal), NO_WAITER)
-
-    def send_events(
-        self,
-        session_id: str,
-        payloads: Sequence[Mapping[str, object]],
-        *,
-        journal: bool = True,
-        timeout: float | None = None,
-    ) -> tuple[JournalEntry | None, ...]:
-        command = SendEvents(payloads=tuple(payloads), journal=journal)
-        entries: tuple[JournalEntry | None, ...] = self._ask(session_id, command, timeout)
-        return entries
-
-    def acknowledge(self, session_id: str, sequence: int, *, timeout: float | None = None) -> int:
-        removed: int = self._ask(session_id, Acknowledge(sequence=sequence), timeout)
-        return removed
-
-    def detach(
-        self,
-        session_id: str,
-        *,
-        attachment_generation: int | None = None,
-        timeout: float | None = None,
-    ) -> bool:
-        released = self.release_attachment(
-            session_id, attachment_generation=attachment_generation, timeout=timeout
-        )
-        return released is not None
-
-    def release_attachment(
-        self,
-        session_id: str,
-        *,
-        attachment_generation: int | None = None,
-        timeout: float | None = None,
-    ) -> DetachedAttachment | None:
-        command = ReleaseAttachment(attachment_generation=attachment_generation)
-        released: DetachedAttachment | None = self._ask(session_id, command, timeout)
-        return released
-
-    def begin_resume(self, session_id: str, *, timeout: float | None = None) -> None:
-        self._ask(session_id, BeginResume(), timeout)
-
-    def end_resume(self, session_id: str, *, timeout: float | None = None) -> int | None:
-        owed: int | None = self._ask(session_id, EndResume(), timeout)
-        return owed
-
-    def settle_lease_generation(
-        self, session_id: str, lease_generation: int, *, timeout: float | None = None
-    ) -> int | None:
-        command = SettleLeaseGeneration(lease_generation=lease_generation)
-        owed: int | None = self._ask(session_id, command, timeout)
-        return owed
-
-    def has_attachment(self, session_id: str, *, timeout: float | None = None) -> bool:
-        return bool(self._ask(session_id, HasAttachment(), timeout))
-
-    def is_current_attachment(
-        self, session_id: str, attachment_generation: int, *, timeout: float | None = None
-    ) -> bool:
-        command = IsCurrentAttachment(attachment_generation=attachment_generation)
-        return bool(self._ask(session_id, command, timeout))
-
-    def authenticate_resume(
-        self,
-        session_id: str,
-        *,
-        resume_token: str,
-        last_received_server_event_seq: int,
-        timeout: float | None = None,
-    ) -> None:
-        command = AuthenticateResume(
-            resume_token=resume_token,
-            last_received_server_event_seq=last_received_server_event_seq,
-        )
-        self._ask(session_id, command, timeout)
+    send_event = _blocking(AsyncSessionRegistry.send_event)
+    send_events = _blocking(AsyncSessionRegistry.send_events)
+    acknowledge = _blocking(AsyncSessionRegistry.acknowledge)
+    detach = _blocking(AsyncSessionRegistry.detach)
+    release_attachment = _blocking(AsyncSessionRegistry.release_attachment)
+    begin_resume = _blocking(AsyncSessionRegistry.begin_resume)
+    end_resume = _blocking(AsyncSessionRegistry.end_resume)
+    settle_lease_generation = _blocking(AsyncSessionRegistry.settle_lease_generation)
+    has_attachment = _blocking(AsyncSessionRegistry.has_attachment)
+    is_current_attachment = _blocking(AsyncSessionRegistry.is_current_attachment)
+    authenticate_resume = _blocking(AsyncSessionRegistry.authenticate_resume)
 
     def resume(
         self,
@@ -418,73 +254,79 @@ class ThreadSessionRegistry:
         close: BlockingClose,
         activation_payload_factory: ActivationPayloadFactory | None = None,
         lease_generation: int | None = None,
-        timeout: float | None = None,
     ) -> ResumeResult:
-        reply = self._open_reply()
-        command = Resume(
-            resume_token=resume_token,
-            last_received_server_event_seq=last_received_server_event_seq,
-            send=send,  # type: ignore[arg-type]
-            close=close,  # type: ignore[arg-type]
-            activation_payload_factory=activation_payload_factory,
-            lease_generation=lease_generation,
-        )
-        outbox = self._outbox(session_id, "resume", send, close)
-        self._system.call(session_id, command, reply, outbox)
-        try:
-            result: ResumeResult = self._wait(reply, timeout)
-        except BaseException:
-            outbox.retire("resume_failed")
-            raise
+        """Blocking :meth:`AsyncSessionRegistry.resume`, for blocking transports.
+
+        Past the registry's ``timeout`` the resume is cancelled and rolls
+        back exactly as a cancelled async resume does.
+        """
+        kwargs = {
+            "resume_token": resume_token,
+            "last_received_server_event_seq": last_received_server_event_seq,
+            "send": send,
+            "close": close,
+            "activation_payload_factory": activation_payload_factory,
+            "lease_generation": lease_generation,
+        }
+        result: ResumeResult = self._run("resume", (session_id,), kwargs)
         return result
 
-    def abandon_resume(
-        self, session_id: str, *, attachment_generation: int, timeout: float | None = None
-    ) -> bool:
-        """Roll back a resume the client may never have seen; see the async door's."""
-        command = AbortResume(attachment_generation=attachment_generation)
-        return bool(self._ask(session_id, command, timeout))
+    abandon_resume = _blocking(AsyncSessionRegistry.abandon_resume)
+    close = _blocking(AsyncSessionRegistry.close)
+    sweep = _blocking(AsyncSessionRegistry.sweep)
 
-    def close(self, session_id: str, *, timeout: float | None = None) -> TransportAttachment | None:
-        reply = self._open_reply()
-        self._system.close(session_id, Close(), reply)
-        attachment: TransportAttachment | None = self._wait(reply, timeout)
-        return attachment
+    # -- without a wait --------------------------------------------------------------------
 
-    # -- beyond the seed -----------------------------------------------------------
+    def send_event_nowait(
+        self, session_id: str, payload: Mapping[str, object], *, journal: bool = True
+    ) -> None:
+        """Queue an event and return at once, from any thread.
 
-    def sweep(self, *, timeout: float | None = None) -> None:
-        """Tick every session now: TTL pruning and disconnect grace, at once."""
-        reply = self._open_reply()
-        self._system.sweep(reply)
-        self._wait(reply, timeout)
+        The event reaches the registry's loop in call order per thread and is
+        then handled as the async door's ``send_event_nowait``: refusals are
+        logged and reach the observer as ``event_refused`` events. Leaving
+        the registry delivers what was queued before (within
+        ``drain_timeout_s``).
 
-    def _tick(self, interval: float) -> None:
-        while not self._ticker_stop.wait(interval):
-            # Fire and forget: a slow sweep must not pile up behind itself.
-            self._system.sweep(NO_WAITER)
+        Raises:
+            UnknownSessionError: the registry holds no such session.
+            queue.Full: the session has ``max_pending_per_session`` calls in
+                flight (read without a lock: events already on their way
+                past it are refused and reported instead).
+            RegistryClosedError: the registry is shut down.
+        """
+        door = self._hosted()
+        if self._closed:
+            raise RegistryClosedError("the session registry is shut down")
+        if not door.system.knows(session_id):
+            raise UnknownSessionError(session_id)
+        if door.pending_calls(session_id) >= self._options.max_pending_per_session:
+            raise queue.Full(f"session {session_id} has too many calls in flight")
+        door.submit(lambda: door.send_event_nowait_or_report(session_id, payload, journal))
 
     def stats(self) -> RegistryStats:
-        return self._system.stats()
+        """The registry's figures, read without an actor round trip."""
+        return self._hosted().stats()
 
     def session_ids(self) -> list[str]:
-        return self._system.session_ids()
+        """The ids of the sessions the registry holds now."""
+        door = self._door
+        return door.session_ids() if door is not None else []
 
-    def shutdown(self, timeout: float | None = 10.0) -> None:
-        """Stop every session (waiting callers get RegistryClosedError) and join threads."""
+    def shutdown(self) -> None:
+        """Shut the registry down as the async doors do at the end of their block.
+
+        Queued ``send_event_nowait`` calls and outboxes drain for up to
+        ``drain_timeout_s``; then every session stops (waiting callers get
+        :class:`~actors.RegistryClosedError`; no transport's ``close`` is
+        called) and every thread of the registry is joined. Idempotent.
+        """
         if self._closed:
             return
         self._closed = True
-        self._ticker_stop.set()
-        if self._ticker is not None:
-            self._ticker.join(timeout)
-        try:
-            reply = ThreadReply()
-            self._system.shutdown(reply)
-            reply.wait(timeout)
-        finally:
-            self._system.join(timeout)
-            for thread in self._outbox_threads:
-                thread.join(timeout)
-            self._dispatcher.stop()
-            self._dispatcher.thread.join(timeout)
+        stop, door = self._stop, self._door
+        if stop is not None and door is not None:
+            # Through the port: after everything a thread queued before.
+            door.submit(stop.set)
+        self._thread.join()
+        self._door = None

@@ -9,14 +9,11 @@
 ``send`` and ``close`` are trio async functions. Each attachment's outbox
 pump runs in the registry's nursery; ``on_accepted``, observer callbacks and
 replies reach the loop through ``TrioToken.run_sync_soon``, coalesced, so a
-waiting task never parks a thread. Leaving the block stops new work, lets
-outboxes drain for up to ``drain_timeout_s``, then stops every actor.
+waiting task never parks a thread.
 """
 
 from __future__ import annotations
 
-import contextlib
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -24,17 +21,13 @@ from typing import Any
 import outcome
 import trio
 
-from actors.errors import SessionError
-from actors.messages import CloseCallable, LifecycleEvent, SendCallable
+from actors.messages import CloseCallable, SendCallable
 from actors.ports import NO_WAITER
-from actors.state import SessionConfig
-from supervisor.actor import SessionSystem
-from supervisor.async_door import AsyncSessionRegistry, LoopReply, check_timing
-from supervisor.faults import FaultPlan
+from supervisor.async_door import AsyncSessionRegistry, LoopReply
+from supervisor.options import RegistryOptions
 from supervisor.outbox import CoalescingPort, OutboxCore, TrioOutbox
-from supervisor.policy import RestartPolicy
 
-__all__ = ["TrioSessionRegistry", "open_session_registry"]
+__all__ = ["TrioSessionRegistry", "open_session_registry", "serve_registry"]
 
 
 class TrioReply(LoopReply):
@@ -66,34 +59,27 @@ class TrioReply(LoopReply):
 
 
 class TrioSessionRegistry(AsyncSessionRegistry):
-    """The registry :func:`open_session_registry` yields."""
+    """The registry :func:`open_session_registry` yields, bound to one trio run.
 
-    def __init__(
-        self,
-        *,
-        nursery: trio.Nursery,
-        system: SessionSystem,
-        port: CoalescingPort,
-        strict: bool,
-        send_timeout_s: float | None,
-        max_pending_per_session: int,
-    ) -> None:
-        super().__init__(
-            system=system,
-            port=port,
-            strict=strict,
-            send_timeout_s=send_timeout_s,
-            max_pending_per_session=max_pending_per_session,
-        )
+    ``send_event_nowait`` raises ``trio.WouldBlock`` when the session has
+    ``max_pending_per_session`` calls in flight.
+    """
+
+    def __init__(self, *, options: RegistryOptions, nursery: trio.Nursery) -> None:
+        port = CoalescingPort(trio.lowlevel.current_trio_token().run_sync_soon)
+        super().__init__(options=options, port=port)
         self._nursery = nursery
 
     def _new_reply(self, on_settled: Callable[[], None] | None = None) -> LoopReply:
         return TrioReply(self._port, on_settled)
 
+    def _new_outbox(self, **kwargs: Any) -> TrioOutbox:
+        return TrioOutbox(**kwargs)
+
     def _start_outbox(
         self, session_id: str, send: SendCallable, close: CloseCallable
     ) -> OutboxCore:
-        outbox = TrioOutbox(
+        outbox = self._new_outbox(
             session_id=session_id,
             send=send,
             close=close,
@@ -120,13 +106,14 @@ class TrioSessionRegistry(AsyncSessionRegistry):
             return await reply.wait()
         raise TimeoutError("no answer within the shielded wait")
 
-    async def _drain(self, timeout: float) -> None:
-        self._flush_all()
-        # A call still in flight (a send_event_nowait whose frame is on its way
-        # from the actor to its outbox) is undrained too, not only queued frames.
-        with trio.move_on_after(timeout):
-            while self._pending or not all(o.idle for o in self._outboxes):
-                await trio.sleep(0.01)
+    async def _sleep(self, seconds: float) -> None:
+        await trio.sleep(seconds)
+
+    def _now(self) -> float:
+        return trio.current_time()
+
+    async def _in_thread(self, fn: Callable[[], None]) -> None:
+        await trio.to_thread.run_sync(fn)
 
     async def _ticker(self, interval: float) -> None:
         while True:
@@ -134,74 +121,41 @@ class TrioSessionRegistry(AsyncSessionRegistry):
             if not self._closed:
                 self._system.sweep(NO_WAITER)
 
-    async def _aclose(self, drain_timeout_s: float) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        with trio.CancelScope(shield=True):
-            await self._drain(drain_timeout_s)
-            reply = self._new_reply()
-            self._system.shutdown(reply)
-            with trio.move_on_after(10), contextlib.suppress(SessionError):
-                # Whatever the stop answered, every thread is joined below.
-                await reply.wait()
-            await trio.to_thread.run_sync(self._system.join, 10.0)
-
 
 @asynccontextmanager
-async def open_session_registry(
-    *,
-    replay_ttl_s: float,
-    replay_max_bytes_per_session: int,
-    replay_max_events_per_session: int | None = None,
-    clock: Callable[[], float] | None = None,
-    disconnect_grace_s: float | None = None,
-    send_timeout_s: float | None = 10.0,
-    restart_policy: RestartPolicy | None = None,
-    faults: FaultPlan | None = None,
-    observer: Callable[[LifecycleEvent], None] | None = None,
-    sweep_interval_s: float | None = 1.0,
-    max_pending_per_session: int = 10_000,
-    strict: bool = True,
-    drain_timeout_s: float = 2.0,
+async def serve_registry(
+    options: RegistryOptions, registry_class: type[TrioSessionRegistry]
 ) -> AsyncIterator[TrioSessionRegistry]:
-    """A registry of actor sessions for the current trio run; see the module docstring.
-
-    ``send_timeout_s``: a send running longer makes the library give up on
-    that transport (``close("send_timeout")``); ``None`` waits forever.
-    ``sweep_interval_s``: how often, in real time, TTLs and the disconnect
-    grace are checked (``None``: only on ``await registry.sweep()``).
-    """
-    check_timing(sweep_interval_s=sweep_interval_s, send_timeout_s=send_timeout_s)
-    config = SessionConfig(
-        replay_ttl_s=replay_ttl_s,
-        replay_max_bytes=replay_max_bytes_per_session,
-        replay_max_events=replay_max_events_per_session,
-        disconnect_grace_s=disconnect_grace_s,
-        strict=strict,
-    )
-    port = CoalescingPort(trio.lowlevel.current_trio_token().run_sync_soon)
-    system = SessionSystem(
-        config=config,
-        clock=clock or time.monotonic,
-        port=port,
-        restart_policy=restart_policy,
-        faults=faults,
-        observer=observer,
-    )
+    """Run ``registry_class`` in a nursery of the current trio run; shut it down at exit."""
     async with trio.open_nursery() as nursery:
-        registry = TrioSessionRegistry(
-            nursery=nursery,
-            system=system,
-            port=port,
-            strict=strict,
-            send_timeout_s=send_timeout_s,
-            max_pending_per_session=max_pending_per_session,
-        )
-        if sweep_interval_s is not None:
-            nursery.start_soon(registry._ticker, sweep_interval_s)
+        registry = registry_class(options=options, nursery=nursery)
+        if options.sweep_interval_s is not None:
+            nursery.start_soon(registry._ticker, options.sweep_interval_s)
         try:
             yield registry
         finally:
-            await registry._aclose(drain_timeout_s)
+            with trio.CancelScope(shield=True):
+                await registry._shut_down()
             nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def open_session_registry(**options: Any) -> AsyncIterator[TrioSessionRegistry]:
+    """Run a session registry for the current trio run, for the block's duration.
+
+    Keyword arguments are the fields of :class:`~supervisor.RegistryOptions`
+    (``replay_ttl_s`` and ``replay_max_bytes_per_session`` are required);
+    a bad value raises ``ValueError`` before any thread starts.
+
+    Leaving the block shuts the registry down, shielded from cancellation:
+    queued ``send_event_nowait`` calls and outboxes drain for up to
+    ``drain_timeout_s``, then every session stops (waiting calls get
+    :class:`~actors.RegistryClosedError`; no transport's ``close`` is
+    called) and every actor thread is joined.
+
+    Yields:
+        TrioSessionRegistry: the registry; ``send`` and ``close`` of its
+        transports are trio async functions.
+    """
+    async with serve_registry(RegistryOptions(**options), TrioSessionRegistry) as registry:
+        yield registry

@@ -20,6 +20,10 @@ from actors.credential import ResumeToken
 from actors.messages import LifecycleEvent
 from supervisor.asyncio_registry import AsyncioSessionRegistry, open_session_registry
 from supervisor.compat import DuplexSessionAttachmentRegistry
+from supervisor.testing import FakeClock as FakeClock
+from supervisor.testing import Gate as Gate
+from supervisor.testing import Wire as Wire
+from supervisor.testing import registry_options
 
 #: Every scenario runs under ``asyncio.wait_for(..., LIMIT)`` (real time).
 LIMIT = 10.0
@@ -40,82 +44,6 @@ async def spin(turns: int = 5) -> None:
     """Let every ready task run for a few loop iterations."""
     for _ in range(turns):
         await asyncio.sleep(0)
-
-
-class FakeClock:
-    """The registry's logical clock: ``clock.now += 10``."""
-
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class Gate:
-    """Holds one send: ``entered`` once it started; it returns after ``release``."""
-
-    def __init__(self) -> None:
-        self.entered = asyncio.Event()
-        self._release = asyncio.Event()
-        self.cancelled = False
-
-    def release(self) -> None:
-        self._release.set()
-
-    async def wait(self) -> None:
-        self.entered.set()
-        try:
-            await self._release.wait()
-        except asyncio.CancelledError:
-            self.cancelled = True
-            raise
-
-
-class Wire:
-    """An asyncio transport: records the frames that reached ``send`` and every close.
-
-    ``hold(n)`` makes its n-th send (counted from 1) block until released;
-    ``fail(n, error)`` makes it raise ``error`` (after any hold) instead.
-    ``log``, if set, gets ``"send"`` for every send that returned.
-    """
-
-    def __init__(self, log: list[str] | None = None) -> None:
-        self.frames: list[dict[str, object]] = []
-        self.closes: list[str] = []
-        self.closed = asyncio.Event()
-        self.sends = 0
-        self.log = log
-        self._gates: dict[int, Gate] = {}
-        self._failures: dict[int, BaseException] = {}
-
-    def hold(self, nth: int) -> Gate:
-        gate = self._gates[nth] = Gate()
-        return gate
-
-    def fail(self, nth: int, error: BaseException) -> None:
-        self._failures[nth] = error
-
-    async def send(self, frame: dict[str, object]) -> None:
-        assert type(frame) is dict, "send must get a fresh plain dict"
-        self.sends += 1
-        nth = self.sends
-        gate = self._gates.pop(nth, None)
-        if gate is not None:
-            await gate.wait()
-        error = self._failures.pop(nth, None)
-        if error is not None:
-            raise error
-        self.frames.append(frame)
-        if self.log is not None:
-            self.log.append("send")
-
-    async def close(self, reason: str) -> None:
-        self.closes.append(reason)
-        self.closed.set()
-
-    def seqs(self) -> list[object]:
-        return [f.get("server_event_seq") for f in self.frames]
 
 
 class Events:
@@ -160,14 +88,7 @@ class TokenCatcher:
 @asynccontextmanager
 async def door(**overrides: Any) -> AsyncIterator[AsyncioSessionRegistry]:
     """``open_session_registry`` with test defaults: a fake clock, no ticker."""
-    options: dict[str, Any] = {
-        "replay_ttl_s": 60.0,
-        "replay_max_bytes_per_session": 1 << 20,
-        "clock": FakeClock(),
-        "sweep_interval_s": None,
-    }
-    options.update(overrides)
-    async with open_session_registry(**options) as reg:
+    async with open_session_registry(**registry_options(**overrides)) as reg:
         yield reg
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -14,19 +15,7 @@ from actors.messages import (
     Resume,
 )
 from actors.state import NO_FAILPOINTS, Failpoints, SessionConfig, SessionState, Transition
-
-
-class FakeClock:
-    """Logical time: tests move ``now`` by hand, nothing ever sleeps."""
-
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
+from supervisor.testing import FakeClock as FakeClock
 
 
 async def wire_send(frame: dict[str, object]) -> None:
@@ -143,3 +132,37 @@ def current(world: World, generation: int) -> bool:
 def leases(world: World) -> tuple[int, int | None]:
     """(lease the attached connection serves, lease parked for the next activation)."""
     return world.state.lease_generation, world.state.orphaned_lease_generation
+
+
+class ThreadReply:
+    """A reply a test thread blocks on (for ``system.call`` straight to an actor).
+
+    The first answer wins.
+    """
+
+    __slots__ = ("_error", "_event", "_lock", "_value")
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._value: object = None
+        self._error: BaseException | None = None
+
+    def resolve(self, value: object) -> None:
+        with self._lock:
+            if not self._event.is_set():
+                self._value = value
+                self._event.set()
+
+    def fail(self, error: BaseException) -> None:
+        with self._lock:
+            if not self._event.is_set():
+                self._error = error
+                self._event.set()
+
+    def wait(self, timeout: float | None) -> Any:
+        if not self._event.wait(timeout):
+            raise TimeoutError(f"no answer within {timeout} s")
+        if self._error is not None:
+            raise self._error
+        return self._value

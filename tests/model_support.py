@@ -1,11 +1,12 @@
 """The model-based tests' harness (no tests here).
 
-The transport the tests hand a registry (:class:`Wire`), an activation factory
-that keeps the tokens it was handed, the :class:`Door` protocol a front door's
-driver implements, :func:`answer_of` (a real result or error in the model's
-terms), strategies, and :class:`MachineCore`: the state, the calls (a crash is
-checked to be the one armed, and means "no effect") and the checks after every
-step. The rules are in ``tests/test_model_machine.py``; the model is
+The transport the tests hand a registry (:class:`ModelWire`, the one test
+Wire with an id), an activation factory that keeps the tokens it was
+handed, the :class:`Door` protocol a front door's driver implements,
+:func:`answer_of` (a real result or error in the model's terms),
+strategies, and :class:`MachineCore`: the state, the calls (a crash is
+checked to be the one armed, and means "no effect") and the checks after
+every step. The rules are in ``tests/model_machine.py``; the model is
 ``tests/model.py``.
 """
 
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, Protocol
@@ -33,6 +33,7 @@ from actors.messages import (
     TransportAttachment,
 )
 from supervisor.faults import FaultPlan
+from supervisor.testing import Wire
 from tests.model import Answer, Fail, RegistryModel, WireModel, cost_of
 
 TTL, MAX_BYTES, START = 10.0, 400, 1000.0
@@ -49,27 +50,12 @@ class FactoryError(RuntimeError):
     """Raised by an activation factory told to fail."""
 
 
-class Wire:
-    """A transport recording what reached it; ``fail_in = k``: k sends, then one raises."""
+class ModelWire(Wire):
+    """The one test Wire, with the id the model knows it by."""
 
     def __init__(self, wire_id: int) -> None:
-        self.id, self.lock = wire_id, threading.Lock()
-        self.frames: list[dict[str, object]] = []
-        self.closes: list[str] = []
-        self.fail_in: int | None = None
-
-    def send(self, frame: dict[str, object]) -> None:
-        with self.lock:
-            if self.fail_in == 0:
-                self.fail_in = None
-                raise ConnectionResetError("wire send failed")
-            if self.fail_in is not None:
-                self.fail_in -= 1
-            self.frames.append(frame)
-
-    def close(self, reason: str) -> None:
-        with self.lock:
-            self.closes.append(reason)
+        super().__init__()
+        self.id = wire_id
 
 
 class Activation:
@@ -94,7 +80,7 @@ class Door(Protocol):
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any: ...
     def call_many(self, calls: Sequence[DoorCall]) -> list[Any]: ...
-    def transport(self, wire: Wire) -> tuple[Any, Any]: ...
+    def transport(self, wire: ModelWire) -> tuple[Any, Any]: ...
     def session_ids(self) -> list[str]: ...
     def shutdown(self) -> None: ...
 
@@ -186,7 +172,7 @@ ACTIVATION_KINDS: dict[str, Activation_] = {
 
 
 def resume_call(
-    sid: str, token: str, seq: int, wire: tuple[Wire, Any, Any], factory: Activation | None
+    sid: str, token: str, seq: int, wire: tuple[ModelWire, Any, Any], factory: Activation | None
 ) -> DoorCall:
     kwargs = {
         "resume_token": token,
@@ -228,7 +214,7 @@ def arm_send_fault(
     plan: FaultPlan,
     model: RegistryModel,
     sid: str,
-    wire: Wire,
+    wire: ModelWire,
     fault: str,
     *,
     nth: int,
@@ -236,7 +222,10 @@ def arm_send_fault(
 ) -> None:
     """Make the ``nth`` frame to ``wire`` (``sid``'s attachment ``generation``) fail or hang."""
     if fault == "wire_fail":
-        wire.fail_in = nth - 1 - model.wire(wire.id).attempts
+        # ``nth`` counts the attachment's sends, plan-failed ones too, which
+        # never reached the wire: count on from the wire's own sends.
+        ahead = nth - model.wire(wire.id).attempts
+        wire.fail(wire.sends + ahead, ConnectionResetError("wire send failed"))
     elif fault == "plan_fail":
         plan.fail_send(sid, nth=nth, generation=generation)
     elif fault == "plan_hang":
@@ -280,7 +269,7 @@ _SUPERVISED = ("create", "close", "sweep")  # the calls that pass through the su
 
 class MachineCore(RuleBasedStateMachine):
     """The state, the calls and the checks after every step; the rules are in
-    ``tests/test_model_machine.py``."""
+    ``tests/model_machine.py``."""
 
     door_factory: Callable[[FaultPlan, Observer], Door]
     SEND_FAULTS: tuple[str, ...] = ("wire_fail",)
@@ -290,7 +279,7 @@ class MachineCore(RuleBasedStateMachine):
         super().__init__()
         self.plan = FaultPlan()
         self.model = RegistryModel(ttl_s=TTL, max_bytes=MAX_BYTES, now=START)
-        self.wires: dict[int, Wire] = {}
+        self.wires: dict[int, ModelWire] = {}
         self.accepted: list[object] = []  # on_accepted tags, as they ran
         self.serial = itertools.count(1)
         self.armed: Crash = None
@@ -305,8 +294,8 @@ class MachineCore(RuleBasedStateMachine):
 
     # -- helpers -------------------------------------------------------------------
 
-    def new_wire(self) -> tuple[Wire, Any, Any]:
-        wire = Wire(next(self.serial))
+    def new_wire(self) -> tuple[ModelWire, Any, Any]:
+        wire = ModelWire(next(self.serial))
         self.wires[wire.id] = wire
         return (wire, *self.door.transport(wire))
 
@@ -369,12 +358,10 @@ class MachineCore(RuleBasedStateMachine):
         self.plan.clear()  # faults armed for the step that ended and never hit
         self.armed, self.supervisor_armed = None, False
         for wire in self.wires.values():
-            with wire.lock:
-                wire.fail_in = None
+            wire.disarm()
             expected = self.model.wires.get(wire.id, WireModel())
             wait_until(lambda: len(wire.closes) >= len(expected.closes))  # noqa: B023
-            with wire.lock:
-                frames, closes = list(wire.frames), list(wire.closes)
+            frames, closes = list(wire.frames), list(wire.closes)
             seqs = [int(str(f["server_event_seq"])) for f in frames if "server_event_seq" in f]
             assert seqs == sorted(set(seqs)), f"wire {wire.id}: not in journal order: {seqs}"
             assert frames == expected.frames, f"wire {wire.id}: {frames} != {expected.frames}"

@@ -9,7 +9,7 @@ import pytest
 
 from actors.errors import SessionCrashedError
 from supervisor.faults import FaultPlan
-from tests.test_actor_support import WAIT, Background, Wire, registry
+from tests.actor_support import WAIT, Background, Wire, registry
 
 SENDERS = 8
 PER_SENDER = 50
@@ -18,7 +18,7 @@ PER_SENDER = 50
 def test_concurrent_senders_keep_their_own_order_and_dense_sequences() -> None:
     with registry() as reg:
         wire = Wire()
-        reg.create("s", send=wire.send, close=wire.close)
+        reg.create("s", send=wire.send_blocking, close=wire.close_blocking)
         start = threading.Barrier(SENDERS)
 
         def sender(k: int) -> list[int]:
@@ -34,7 +34,7 @@ def test_concurrent_senders_keep_their_own_order_and_dense_sequences() -> None:
         answered = [call.result() for call in calls]
         total = SENDERS * PER_SENDER
         assert sorted(s for seqs in answered for s in seqs) == list(range(1, total + 1))
-        frames = wire.payloads()
+        frames = list(wire.frames)
         assert [f["server_event_seq"] for f in frames] == list(range(1, total + 1))
         for k in range(SENDERS):
             mine = [f for f in frames if f["k"] == k]
@@ -47,7 +47,7 @@ def test_a_crash_in_one_of_100_sessions_leaves_the_others_untouched() -> None:
     with registry(faults=plan) as reg:
         wires = {f"s{n}": Wire() for n in range(100)}
         for sid, wire in wires.items():
-            reg.create(sid, send=wire.send, close=wire.close)
+            reg.create(sid, send=wire.send_blocking, close=wire.close_blocking)
         plan.crash("send_event.recorded", session_id="s42", times=3)
         for round_ in range(5):
             for sid in wires:
@@ -59,11 +59,11 @@ def test_a_crash_in_one_of_100_sessions_leaves_the_others_untouched() -> None:
                 assert entry is not None
         for sid, wire in wires.items():
             if sid == "s42":
-                assert wire.seqs() == [1, 2]
-                assert [f["r"] for f in wire.payloads()] == [3, 4]
+                assert wire.sequences() == [1, 2]
+                assert [f["r"] for f in list(wire.frames)] == [3, 4]
             else:
-                assert wire.seqs() == [1, 2, 3, 4, 5]
-                assert [f["r"] for f in wire.payloads()] == [0, 1, 2, 3, 4]
+                assert wire.sequences() == [1, 2, 3, 4, 5]
+                assert [f["r"] for f in list(wire.frames)] == [0, 1, 2, 3, 4]
             assert reg.has_attachment(sid) is True
             assert wire.closes == []
         stats = reg.stats()

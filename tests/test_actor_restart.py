@@ -16,8 +16,8 @@ from actors.messages import AbortResume
 from actors.state import FAILPOINTS
 from supervisor.faults import FaultPlan, InjectedFaultError
 from supervisor.policy import RestartPolicy
-from supervisor.threads import ThreadReply, ThreadSessionRegistry
-from tests.test_actor_support import (
+from supervisor.threads import ThreadSessionRegistry
+from tests.actor_support import (
     WAIT,
     Background,
     Events,
@@ -28,6 +28,7 @@ from tests.test_actor_support import (
     registry,
     settle,
 )
+from tests.helpers import ThreadReply
 
 INTERNAL = ("activation_outcome.", "abort_resume.", "tick.")
 QUEUED = 20
@@ -83,8 +84,8 @@ def _start(ctx: Ctx, failpoint: str) -> Background | None:
                 s,
                 resume_token=ctx.token,
                 last_received_server_event_seq=2,
-                send=ctx.wire2.send,
-                close=ctx.wire2.close,
+                send=ctx.wire2.send_blocking,
+                close=ctx.wire2.close_blocking,
                 activation_payload_factory=activation,
             )
         )
@@ -93,8 +94,8 @@ def _start(ctx: Ctx, failpoint: str) -> Background | None:
             s,
             resume_token=ctx.token,
             last_received_server_event_seq=2,
-            send=ctx.wire2.send,
-            close=ctx.wire2.close,
+            send=ctx.wire2.send_blocking,
+            close=ctx.wire2.close_blocking,
             activation_payload_factory=activation,
         )
         ctx.new_token = result.resume_token.plaintext
@@ -106,7 +107,7 @@ def _start(ctx: Ctx, failpoint: str) -> Background | None:
                 resume_token=ctx.token,
                 last_received_server_event_seq=2,
                 send=_failing_send,
-                close=ctx.wire2.close,
+                close=ctx.wire2.close_blocking,
                 activation_payload_factory=activation,
             )
         return None
@@ -117,8 +118,8 @@ def _start(ctx: Ctx, failpoint: str) -> Background | None:
             s,
             resume_token=ctx.token,
             last_received_server_event_seq=2,
-            send=ctx.wire2.send,
-            close=ctx.wire2.close,
+            send=ctx.wire2.send_blocking,
+            close=ctx.wire2.close_blocking,
         )
         generation = result.attachment_generation
 
@@ -158,14 +159,14 @@ def _check_state(ctx: Ctx, failpoint: str) -> None:
         assert released.lease_generation == 0
     elif failpoint.startswith(("authenticate_resume.", "resume.")):
         assert reg.is_current_attachment(s, 1) is True
-        assert ctx.wire2.payloads() == []
+        assert list(ctx.wire2.frames) == []
         reg.authenticate_resume(s, resume_token=ctx.token, last_received_server_event_seq=0)
         result = reg.resume(
             s,
             resume_token=ctx.token,
             last_received_server_event_seq=0,
-            send=ctx.wire2.send,
-            close=ctx.wire2.close,
+            send=ctx.wire2.send_blocking,
+            close=ctx.wire2.close_blocking,
         )
         assert result.attachment_generation == 2
         assert [e.sequence for e in result.replay_entries] == list(range(1, QUEUED + 5))
@@ -183,8 +184,8 @@ def _check_state(ctx: Ctx, failpoint: str) -> None:
             s,
             resume_token=ctx.token,
             last_received_server_event_seq=2,
-            send=ctx.wire2.send,
-            close=ctx.wire2.close,
+            send=ctx.wire2.send_blocking,
+            close=ctx.wire2.close_blocking,
         )
         assert [e.sequence for e in result.replay_entries] == list(range(3, QUEUED + 5))
     elif failpoint.startswith("tick."):
@@ -235,10 +236,10 @@ def test_crash_once_at_every_failpoint(failpoint: str) -> None:
     events = Events()
     with registry(clock=clock, faults=plan, observer=events) as reg:
         wire = Wire()
-        created = reg.create("s", send=wire.send, close=wire.close)
+        created = reg.create("s", send=wire.send_blocking, close=wire.close_blocking)
         ctx = Ctx(reg=reg, plan=plan, clock=clock, wire=wire, token=created.resume_token.plaintext)
         reg.send_events("s", [{"n": 1}, {"n": 2}])
-        assert wire.seqs() == [1, 2]
+        assert wire.sequences() == [1, 2]
 
         plan.crash(failpoint, session_id="s")
         plan.gate(failpoint, "s")
@@ -260,7 +261,7 @@ def test_crash_once_at_every_failpoint(failpoint: str) -> None:
             assert final.sequence == QUEUED + 3
             live = _live_wire(ctx, failpoint)
             if live is not None:
-                seqs = live.seqs()
+                seqs = live.sequences()
                 assert seqs[-(QUEUED + 1) :] == list(range(3, QUEUED + 4))
                 assert seqs == sorted(set(seqs))
             # The dispatcher is FIFO: once this on_accepted ran, a crashed
@@ -274,7 +275,7 @@ def test_crash_once_at_every_failpoint(failpoint: str) -> None:
         assert plan.fired[failpoint] == 1
         assert ctx.accepted == []
         for w in (ctx.wire, ctx.wire2):
-            assert all(f.get("n") != "crash" for f in w.payloads())
+            assert all(f.get("n") != "crash" for f in list(w.frames))
 
         stats = reg.stats()
         assert stats.crashes == 1
@@ -296,7 +297,7 @@ def test_internal_command_crashing_twice_fails_the_session(failpoint: str) -> No
     events = Events()
     with registry(clock=clock, faults=plan, observer=events) as reg:
         wire = Wire()
-        created = reg.create("s", send=wire.send, close=wire.close)
+        created = reg.create("s", send=wire.send_blocking, close=wire.close_blocking)
         ctx = Ctx(reg=reg, plan=plan, clock=clock, wire=wire, token=created.resume_token.plaintext)
         reg.send_events("s", [{"n": 1}, {"n": 2}])
         plan.crash(failpoint, session_id="s", times=2)
@@ -314,7 +315,7 @@ def test_internal_command_crashing_twice_fails_the_session(failpoint: str) -> No
             assert wire.closes == []
         else:
             holder = wire if failpoint.startswith("tick.") else ctx.wire2
-            assert holder.closed.wait(WAIT)
+            assert holder.closed.wait_blocking(WAIT)
             assert holder.closes == ["session_failed"]
         assert plan.fired[failpoint] == 2
         settle(reg, "s")
@@ -340,7 +341,7 @@ def test_restart_budget_spent_within_window_fails_the_session() -> None:
     policy = RestartPolicy(max_restarts=2, within_s=60)
     with registry(clock=clock, faults=plan, observer=events, restart_policy=policy) as reg:
         wire = Wire()
-        reg.create("s", send=wire.send, close=wire.close)
+        reg.create("s", send=wire.send_blocking, close=wire.close_blocking)
         _crash_send(reg, plan)
         clock.now += 10
         _crash_send(reg, plan)
@@ -349,7 +350,7 @@ def test_restart_budget_spent_within_window_fails_the_session() -> None:
         _crash_send(reg, plan)
         events.wait_for("failed", "s")
         settle(reg, "s")
-        assert wire.closed.wait(WAIT)
+        assert wire.closed.wait_blocking(WAIT)
         assert wire.closes == ["session_failed"]
         with pytest.raises(KeyError):
             reg.send_event("s", {"n": "late"})
@@ -364,7 +365,7 @@ def test_crashes_spread_beyond_the_window_keep_the_session() -> None:
     policy = RestartPolicy(max_restarts=2, within_s=60)
     with registry(clock=clock, faults=plan, observer=events, restart_policy=policy) as reg:
         wire = Wire()
-        reg.create("s", send=wire.send, close=wire.close)
+        reg.create("s", send=wire.send_blocking, close=wire.close_blocking)
         for _ in range(5):
             _crash_send(reg, plan)
             clock.now += 61

@@ -8,7 +8,7 @@ import pytest
 
 from actors.errors import InvalidResumeTokenError
 from supervisor.threads import ThreadSessionRegistry
-from tests.test_actor_support import WAIT, Background, Wire, activation, registry
+from tests.actor_support import WAIT, Background, Wire, activation, registry
 
 
 class GatedSend:
@@ -50,8 +50,8 @@ def _second(reg: ThreadSessionRegistry, token: str, wire: Wire) -> Background:
             "s",
             resume_token=token,
             last_received_server_event_seq=0,
-            send=wire.send,
-            close=wire.close,
+            send=wire.send_blocking,
+            close=wire.close_blocking,
             activation_payload_factory=activation,
         )
     )
@@ -59,7 +59,7 @@ def _second(reg: ThreadSessionRegistry, token: str, wire: Wire) -> Background:
 
 def test_resume_behind_a_failing_activation_recovers_with_the_presented_token() -> None:
     with registry() as reg:
-        created = reg.create("s", send=Wire().send, close=lambda r: None)
+        created = reg.create("s", send=Wire().send_blocking, close=lambda r: None)
         token = created.resume_token.plaintext
         reg.send_event("s", {"n": 1})
         reg.detach("s")
@@ -69,20 +69,20 @@ def test_resume_behind_a_failing_activation_recovers_with_the_presented_token() 
         second = _second(reg, token, wire)
         # The second is stashed behind the activation: no answer yet.
         assert reg.has_attachment("s") is True
-        assert wire.payloads() == []
+        assert list(wire.frames) == []
         gate.release.set()
         with pytest.raises(ConnectionError):
             first.result()
         result = second.result()
         assert result.attachment_generation == 3
-        assert wire.payloads()[0] == {"type": "resumed", "generation": 3}
-        assert wire.seqs() == [1]
+        assert wire.frames[0] == {"type": "resumed", "generation": 3}
+        assert wire.sequences() == [1]
         assert reg.is_current_attachment("s", 3) is True
 
 
 def test_resume_behind_a_succeeding_activation_is_refused_with_the_old_token() -> None:
     with registry() as reg:
-        created = reg.create("s", send=Wire().send, close=lambda r: None)
+        created = reg.create("s", send=Wire().send_blocking, close=lambda r: None)
         token = created.resume_token.plaintext
         reg.send_event("s", {"n": 1})
         reg.detach("s")
@@ -90,13 +90,13 @@ def test_resume_behind_a_succeeding_activation_is_refused_with_the_old_token() -
         first = _queued_resume(reg, token, gate)
         wire = Wire()
         second = _second(reg, token, wire)
-        assert wire.payloads() == []
+        assert list(wire.frames) == []
         gate.release.set()
         result = first.result()
         assert result.attachment_generation == 2
         with pytest.raises(InvalidResumeTokenError):
             second.result()
-        assert wire.payloads() == []
+        assert list(wire.frames) == []
         assert reg.is_current_attachment("s", 2) is True
         assert gate.frames[0] == {"type": "resumed", "generation": 2}
 
@@ -104,14 +104,14 @@ def test_resume_behind_a_succeeding_activation_is_refused_with_the_old_token() -
 def test_abandon_resume_rolls_back_only_the_current_generation() -> None:
     with registry() as reg:
         wire = Wire()
-        created = reg.create("s", send=wire.send, close=wire.close)
+        created = reg.create("s", send=wire.send_blocking, close=wire.close_blocking)
         presented = created.resume_token.plaintext
         resumed = reg.resume(
             "s",
             resume_token=presented,
             last_received_server_event_seq=0,
-            send=wire.send,
-            close=wire.close,
+            send=wire.send_blocking,
+            close=wire.close_blocking,
         )
         assert reg.abandon_resume("s", attachment_generation=1) is False
         assert reg.has_attachment("s") is True

@@ -8,7 +8,7 @@ import pytest
 
 from actors.errors import RegistryClosedError
 from supervisor.threads import ThreadSessionRegistry
-from tests.test_actor_support import WAIT, Background, FakeClock, Wire
+from tests.actor_support import WAIT, Background, FakeClock, Wire
 
 
 def _ours() -> list[str]:
@@ -28,17 +28,17 @@ def test_shutdown_joins_every_thread_and_answers_callers() -> None:
 
     for n in range(5):
         wire = Wire()
-        reg.create(f"s{n}", send=wire.send, close=wire.close)
+        reg.create(f"s{n}", send=wire.send_blocking, close=wire.close_blocking)
         reg.send_event(f"s{n}", {"n": n})
     reg.create("stuck", send=stuck_send, close=lambda r: None)
     blocked = Background(lambda: reg.send_event("stuck", {"n": "x"}))
     assert entered.wait(WAIT)
     assert any(name.startswith("duplex-session:") for name in _ours())
-    stopper = Background(lambda: reg.shutdown(timeout=WAIT))
+    stopper = Background(reg.shutdown)
     with pytest.raises(RegistryClosedError):
         reg.send_event("s0", {"n": 1})
     with pytest.raises(RegistryClosedError):
-        reg.create("new", send=Wire().send, close=lambda r: None)
+        reg.create("new", send=Wire().send_blocking, close=lambda r: None)
     release.set()
     stopper.result()
     blocked.result()  # its frame went out once the send returned
@@ -55,8 +55,8 @@ def test_shutdown_answers_a_caller_queued_behind_a_busy_session() -> None:
     reg = ThreadSessionRegistry(
         replay_ttl_s=60, replay_max_bytes_per_session=1 << 20, clock=FakeClock(), timeout=WAIT
     )
-    reg.create("s", send=Wire().send, close=lambda r: None)
-    reg.shutdown(timeout=WAIT)
+    reg.create("s", send=Wire().send_blocking, close=lambda r: None)
+    reg.shutdown()
     assert _ours() == []
     with pytest.raises(RegistryClosedError):
         reg.send_event("s", {"n": 1})

@@ -9,25 +9,25 @@ import pytest
 from actors.errors import SessionCrashedError
 from actors.messages import LifecycleEvent
 from supervisor.faults import FaultPlan, InjectedFaultError
-from tests.test_actor_support import Events, Wire, activation, registry
+from tests.actor_support import Events, Wire, activation, registry
 
 
 def test_supervisor_crash_is_taken_over_and_sessions_keep_their_state() -> None:
     plan = FaultPlan()
     with registry(faults=plan) as reg:
         wire = Wire()
-        reg.create("a", send=wire.send, close=wire.close)
+        reg.create("a", send=wire.send_blocking, close=wire.close_blocking)
         reg.send_events("a", [{"n": 1}, {"n": 2}])
         plan.crash_supervisor()
         with pytest.raises(SessionCrashedError) as info:
-            reg.create("b", send=Wire().send, close=lambda r: None)
+            reg.create("b", send=Wire().send_blocking, close=lambda r: None)
         assert isinstance(info.value.__cause__, InjectedFaultError)
         # The session runs on; its state survived the supervisor.
         entry = reg.send_event("a", {"n": 3})
         assert entry is not None
         assert entry.sequence == 3
-        assert wire.seqs() == [1, 2, 3]
-        created = reg.create("b", send=Wire().send, close=lambda r: None)
+        assert wire.sequences() == [1, 2, 3]
+        created = reg.create("b", send=Wire().send_blocking, close=lambda r: None)
         assert created.session_id == "b"
         assert reg.stats().supervisor_takeovers == 1
         assert sorted(reg.session_ids()) == ["a", "b"]
@@ -38,8 +38,8 @@ def test_supervisor_crash_is_taken_over_and_sessions_keep_their_state() -> None:
 def test_two_registries_in_one_process_stay_apart() -> None:
     with registry() as one, registry() as two:
         w1, w2 = Wire(), Wire()
-        one.create("s", send=w1.send, close=w1.close)
-        two.create("s", send=w2.send, close=w2.close)
+        one.create("s", send=w1.send_blocking, close=w1.close_blocking)
+        two.create("s", send=w2.send_blocking, close=w2.close_blocking)
         one.send_events("s", [{"r": 1}, {"r": 1}])
         entry = two.send_event("s", {"r": 2})
         assert entry is not None
@@ -47,22 +47,22 @@ def test_two_registries_in_one_process_stay_apart() -> None:
         assert one.close("s") is not None
         assert one.has_attachment("s") is False
         assert two.has_attachment("s") is True
-        assert w2.seqs() == [1]
-        assert w1.seqs() == [1, 2]
+        assert w2.sequences() == [1]
+        assert w1.sequences() == [1, 2]
         assert two.stats().sessions == 1
 
 
 def test_observer_sees_lifecycle_and_never_a_token() -> None:
     events = Events()
     with registry(observer=events) as reg:
-        created = reg.create("s", send=Wire().send, close=lambda r: None)
+        created = reg.create("s", send=Wire().send_blocking, close=lambda r: None)
         tokens = [created.resume_token.plaintext]
         reg.detach("s")
         result = reg.resume(
             "s",
             resume_token=tokens[0],
             last_received_server_event_seq=0,
-            send=Wire().send,
+            send=Wire().send_blocking,
             close=lambda r: None,
             activation_payload_factory=activation,
         )
@@ -86,12 +86,12 @@ def test_an_observer_that_raises_breaks_nothing(caplog: pytest.LogCaptureFixture
 
     with caplog.at_level(logging.ERROR), registry(observer=observer) as reg:
         wire = Wire()
-        reg.create("s", send=wire.send, close=wire.close)
+        reg.create("s", send=wire.send_blocking, close=wire.close_blocking)
         assert reg.detach("s") is True
         reg.send_event("s", {"n": 1})
         assert reg.close("s") is None  # detached: no attachment to hand back
         seen.wait_for("closed", "s")
-        reg.create("s", send=wire.send, close=wire.close)
+        reg.create("s", send=wire.send_blocking, close=wire.close_blocking)
         assert reg.has_attachment("s") is True
     assert any("observer raised" in r.getMessage() for r in caplog.records)
 
@@ -99,7 +99,7 @@ def test_an_observer_that_raises_breaks_nothing(caplog: pytest.LogCaptureFixture
 def test_a_failed_nowait_send_on_a_resumed_attachment_reports_its_generation() -> None:
     events = Events()
     with registry(observer=events) as reg:
-        created = reg.create("s", send=Wire().send, close=lambda r: None)
+        created = reg.create("s", send=Wire().send_blocking, close=lambda r: None)
         reg.detach("s")
 
         def broken(frame: dict[str, object]) -> None:
@@ -111,11 +111,11 @@ def test_a_failed_nowait_send_on_a_resumed_attachment_reports_its_generation() -
             resume_token=created.resume_token.plaintext,
             last_received_server_event_seq=0,
             send=broken,
-            close=closed.close,
+            close=closed.close_blocking,
         )
         assert resumed.attachment_generation == 2
         reg.send_event_nowait("s", {"n": 1})
         failed = events.wait_for("send_failed", "s")
         assert failed.attachment_generation == 2
-        assert closed.closed.wait(5)
+        assert closed.closed.wait_blocking(5)
         assert closed.closes == ["send_failed"]

@@ -6,8 +6,7 @@ import pytest
 
 from actors.errors import JournalGapError
 from actors.messages import Acknowledge, HasAttachment, IsCurrentAttachment, ReleaseAttachment
-from supervisor.threads import ThreadReply
-from tests.test_actor_support import (
+from tests.actor_support import (
     WAIT,
     Background,
     Events,
@@ -17,12 +16,13 @@ from tests.test_actor_support import (
     registry,
     settle,
 )
+from tests.helpers import ThreadReply
 
 
 def test_ttl_sweep_prunes_an_idle_session() -> None:
     clock = FakeClock()
     with registry(clock=clock, replay_ttl_s=30) as reg:
-        created = reg.create("s", send=Wire().send, close=lambda r: None)
+        created = reg.create("s", send=Wire().send_blocking, close=lambda r: None)
         reg.send_events("s", [{"n": 1}, {"n": 2}, {"n": 3}])
         assert reg.stats().bytes_retained > 0
         clock.now += 29
@@ -42,8 +42,8 @@ def test_grace_expiry_closes_a_detached_session() -> None:
     clock = FakeClock()
     events = Events()
     with registry(clock=clock, observer=events, disconnect_grace_s=10) as reg:
-        reg.create("s", send=Wire().send, close=lambda r: None)
-        reg.create("kept", send=Wire().send, close=lambda r: None)
+        reg.create("s", send=Wire().send_blocking, close=lambda r: None)
+        reg.create("kept", send=Wire().send_blocking, close=lambda r: None)
         assert reg.detach("s") is True
         clock.now += 9.5
         reg.sweep()
@@ -64,7 +64,7 @@ def test_no_expiry_while_a_resume_is_pending() -> None:
     clock = FakeClock()
     events = Events()
     with registry(clock=clock, observer=events, disconnect_grace_s=10) as reg:
-        reg.create("s", send=Wire().send, close=lambda r: None)
+        reg.create("s", send=Wire().send_blocking, close=lambda r: None)
         reg.detach("s")
         reg.begin_resume("s")
         clock.now += 100
@@ -83,7 +83,7 @@ def test_calls_queued_behind_an_expiry_get_the_seeds_unknown_answers() -> None:
     clock = FakeClock()
     plan = GatedPlan()
     with registry(clock=clock, faults=plan, disconnect_grace_s=10) as reg:
-        reg.create("s", send=Wire().send, close=lambda r: None)
+        reg.create("s", send=Wire().send_blocking, close=lambda r: None)
         reg.detach("s")
         clock.now += 10
         plan.gate("tick.enter", "s")
@@ -109,7 +109,7 @@ def test_sweep_waits_for_a_tick_retried_after_a_crash() -> None:
     clock = FakeClock()
     plan = GatedPlan()
     with registry(clock=clock, faults=plan, replay_ttl_s=30) as reg:
-        reg.create("s", send=Wire().send, close=lambda r: None)
+        reg.create("s", send=Wire().send_blocking, close=lambda r: None)
         reg.send_events("s", [{"n": 1}, {"n": 2}])
         clock.now += 31
         plan.crash("tick.enter", session_id="s")  # the first tick crashes...

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from actors import messages as m
-from actors.codec import CodecError, from_dict, message_types, to_dict
 from actors.credential import ResumeToken
 from actors.errors import InvalidInputError
 from actors.journal import JournalEntry
@@ -23,6 +22,7 @@ from tests.helpers import (
     wire_close,
     wire_send,
 )
+from tests.message_codec import CodecError, from_dict, message_types, to_dict
 
 
 def on_accepted() -> None:

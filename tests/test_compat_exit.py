@@ -108,3 +108,27 @@ def test_one_registry_serves_one_loop_only() -> None:
         first.run_until_complete(reg.aclose())
         first.close()
     assert [t.name for t in ours if t.is_alive()] == []
+
+
+def test_a_drop_in_that_became_garbage_stops_its_sessions() -> None:
+    # A session actor holds its last message until the next one; that
+    # message's reply must not keep the registry (and so its finalizer) alive.
+    import gc
+    import threading
+
+    async def scenario() -> None:
+        registry = DuplexSessionAttachmentRegistry(
+            replay_ttl_s=30, replay_max_bytes_per_session=1 << 20
+        )
+        wire = Wire()
+        await registry.create("garbage", send=wire.send, close=wire.close)
+        await registry.send_event("garbage", {"n": 1})
+        registry.send_event_nowait("garbage", {"n": 2})
+        await registry.send_event("garbage", {"n": 3})
+
+    asyncio.run(scenario())
+    gc.collect()
+    for thread in threading.enumerate():
+        if thread.name == "duplex-session:garbage":
+            thread.join(10)
+    assert [t for t in threading.enumerate() if t.name == "duplex-session:garbage"] == []

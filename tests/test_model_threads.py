@@ -18,9 +18,10 @@ from actors.errors import SessionCrashedError
 from supervisor.actor import SessionSystem, SupervisorActor
 from supervisor.faults import FaultPlan
 from supervisor.policy import RestartPolicy
-from supervisor.threads import ThreadReply, ThreadSessionRegistry
-from tests.model_support import LIMIT, MAX_BYTES, START, TTL, DoorCall, Observer, Wire
-from tests.test_model_machine import RegistryMachine
+from supervisor.threads import ThreadSessionRegistry
+from tests.helpers import ThreadReply
+from tests.model_machine import RegistryMachine
+from tests.model_support import LIMIT, MAX_BYTES, START, TTL, DoorCall, ModelWire, Observer
 
 
 class ThreadDoor:
@@ -61,14 +62,14 @@ class ThreadDoor:
             assert not thread.is_alive(), "a concurrent call never returned"
         return results
 
-    def transport(self, wire: Wire) -> tuple[Any, Any]:
-        return wire.send, wire.close
+    def transport(self, wire: ModelWire) -> tuple[Any, Any]:
+        return wire.send_blocking, wire.close_blocking
 
     def session_ids(self) -> list[str]:
         return self._registry.session_ids()
 
     def shutdown(self) -> None:
-        self._registry.shutdown(timeout=LIMIT)
+        self._registry.shutdown()
 
 
 class ThreadMachine(RegistryMachine):
@@ -117,4 +118,4 @@ def test_a_call_that_reaches_a_dying_supervisor_is_handed_over_not_lost(
         assert late.wait(5.0) is None, "the late call was never answered"
         assert registry.close("nobody") is None  # and the successor routes
     finally:
-        registry.shutdown(timeout=LIMIT)
+        registry.shutdown()

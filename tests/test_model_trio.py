@@ -17,8 +17,17 @@ from hypothesis import settings
 from supervisor.faults import FaultPlan
 from supervisor.policy import RestartPolicy
 from supervisor.trio_registry import TrioSessionRegistry, open_session_registry
-from tests.model_support import LIMIT, MAX_BYTES, SEND_TIMEOUT, START, TTL, DoorCall, Observer, Wire
-from tests.test_model_machine import RegistryMachine
+from tests.model_machine import RegistryMachine
+from tests.model_support import (
+    LIMIT,
+    MAX_BYTES,
+    SEND_TIMEOUT,
+    START,
+    TTL,
+    DoorCall,
+    ModelWire,
+    Observer,
+)
 
 
 class TrioDoor:
@@ -86,14 +95,8 @@ class TrioDoor:
         trio.from_thread.run(run, trio_token=self._token)
         return results
 
-    def transport(self, wire: Wire) -> tuple[Any, Any]:
-        async def send(frame: dict[str, object]) -> None:
-            wire.send(frame)
-
-        async def close(reason: str) -> None:
-            wire.close(reason)
-
-        return send, close
+    def transport(self, wire: ModelWire) -> tuple[Any, Any]:
+        return wire.send, wire.close
 
     def session_ids(self) -> list[str]:
         assert self._registry is not None

@@ -12,14 +12,16 @@ import logging
 import pytest
 import trio
 
+from actors.messages import LifecycleEvent
 from tests.trio_support import LIMIT, Wire, registry
 
 
 async def test_one_bad_payload_in_a_burst_refuses_only_itself(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    events: list[LifecycleEvent] = []
     with trio.fail_after(LIMIT):
-        async with registry() as reg:
+        async with registry(observer=events.append) as reg:
             wire = Wire()
             await reg.create("s", send=wire.send, close=wire.close)
             # No checkpoint between them: one tick, one burst.
@@ -31,7 +33,13 @@ async def test_one_bad_payload_in_a_burst_refuses_only_itself(
             assert [f["n"] for f in wire.frames] == [1, 3, 4]
             assert wire.seqs() == [1, 2, 3]  # the refused one took no sequence
             assert reg.stats().events_journaled == 3
-    assert any("1 of 3 send_event_nowait events were refused" in r.message for r in caplog.records)
+    refusals = [
+        r for r in caplog.records if "send_event_nowait to session s was refused" in r.message
+    ]
+    assert len(refusals) == 1
+    assert [(e.kind, e.reason) for e in events if e.kind == "event_refused"] == [
+        ("event_refused", "InvalidPayloadError")
+    ]
 
 
 async def test_an_awaited_call_after_nowait_calls_keeps_their_order() -> None:

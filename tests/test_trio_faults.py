@@ -130,7 +130,7 @@ async def test_a_rejected_nowait_payload_is_logged_and_consumes_nothing(
             assert entry.sequence == 1
             assert wire.seqs() == [1]
             assert wire.closes == []
-    assert any("send_event_nowait failed" in r.getMessage() for r in caplog.records)
+    assert any("was refused: InvalidPayloadError" in r.getMessage() for r in caplog.records)
 
 
 async def test_fault_plan_fail_send_hits_the_nth_send_of_an_attachment() -> None:

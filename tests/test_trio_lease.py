@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -12,6 +11,7 @@ from actors.messages import DetachedAttachment
 from supervisor import UnknownSessionError
 from supervisor.trio_registry import TrioSessionRegistry
 from tests.trio_support import LIMIT, Gate, TokenCatcher, Wire, registry, settled
+from tests.unknown_calls import ANSWERING, NOWHERE, RAISING, outcome
 
 
 class Tokens:
@@ -162,36 +162,6 @@ async def test_a_failed_activation_parks_its_own_lease() -> None:
             assert (released.attachment_generation, released.lease_generation) == (3, 11)
 
 
-Call = Callable[[TrioSessionRegistry], Awaitable[object]]
-
-#: The transport an unknown session's resume is handed: it must get nothing.
-_W = Wire()
-
-_RAISING: dict[str, Call] = {
-    "send_event": lambda reg: reg.send_event("nope", {"n": 1}),
-    "send_events": lambda reg: reg.send_events("nope", [{"n": 1}]),
-    "acknowledge": lambda reg: reg.acknowledge("nope", 0),
-    "begin_resume": lambda reg: reg.begin_resume("nope"),
-    "authenticate_resume": lambda reg: reg.authenticate_resume(
-        "nope", resume_token="t", last_received_server_event_seq=0
-    ),
-    "resume": lambda reg: reg.resume(
-        "nope", resume_token="t", last_received_server_event_seq=0, send=_W.send, close=_W.close
-    ),
-}
-
-_ANSWERING: dict[str, tuple[Call, object]] = {
-    "detach": (lambda reg: reg.detach("nope"), False),
-    "detach_generation": (lambda reg: reg.detach("nope", attachment_generation=1), False),
-    "release_attachment": (lambda reg: reg.release_attachment("nope"), None),
-    "end_resume": (lambda reg: reg.end_resume("nope"), None),
-    "settle_lease_generation": (lambda reg: reg.settle_lease_generation("nope", 3), None),
-    "has_attachment": (lambda reg: reg.has_attachment("nope"), False),
-    "is_current_attachment": (lambda reg: reg.is_current_attachment("nope", 1), False),
-    "close": (lambda reg: reg.close("nope"), None),
-}
-
-
 @pytest.mark.parametrize("gone", [False, True], ids=["never-created", "closed"])
 async def test_unknown_sessions_are_answered_per_method_as_the_seed_does(gone: bool) -> None:
     with trio.fail_after(LIMIT):
@@ -201,20 +171,18 @@ async def test_unknown_sessions_are_answered_per_method_as_the_seed_does(gone: b
             if gone:
                 await reg.create("nope", send=Wire().send, close=Wire().close)
                 await reg.close("nope")
-            for name, call in _RAISING.items():
+            for name, call in RAISING.items():
                 with pytest.raises(KeyError) as caught:
-                    await call(reg)
+                    await outcome(reg, call)
                 assert isinstance(caught.value, UnknownSessionError), name
                 assert "nope" in str(caught.value), name
-            with pytest.raises(KeyError):
-                reg.send_event_nowait("nope", {"n": 1})
-            for name, (call, expected) in _ANSWERING.items():
-                answer = await call(reg)
+            for name, (call, expected) in ANSWERING.items():
+                answer = await outcome(reg, call)
                 assert answer is expected, name
                 assert type(answer) is type(expected), name
             await settled(reg, "other")
-            assert _W.frames == []
-            assert _W.closes == []
+            assert NOWHERE.frames == []
+            assert NOWHERE.closes == []
             assert reg.session_ids() == ["other"]
             assert await reg.send_event("other", {"n": 1}) is not None
             assert other.seqs() == [1]

@@ -19,80 +19,14 @@ import trio.testing
 
 from actors.credential import ResumeToken
 from actors.messages import LifecycleEvent
+from supervisor.testing import FakeClock as FakeClock
+from supervisor.testing import Gate as Gate
+from supervisor.testing import Wire as Wire
+from supervisor.testing import registry_options
 from supervisor.trio_registry import TrioSessionRegistry, open_session_registry
 
 #: Every test body runs under ``trio.fail_after(LIMIT)`` (real time).
 LIMIT = 10.0
-
-
-class FakeClock:
-    """The registry's logical clock: ``clock.now += 10``."""
-
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class Gate:
-    """Holds one send: ``entered`` once it started, it returns after ``release``."""
-
-    def __init__(self) -> None:
-        self.entered = trio.Event()
-        self._release = trio.Event()
-
-    def release(self) -> None:
-        self._release.set()
-
-    async def wait(self) -> None:
-        self.entered.set()
-        await self._release.wait()
-
-
-class Wire:
-    """A trio transport: records the frames that reached ``send`` and every close.
-
-    ``hold(n)`` makes its n-th send (counted from 1) block until released;
-    ``fail(n, error)`` makes it raise ``error`` (after any hold) instead.
-    """
-
-    def __init__(self) -> None:
-        self.frames: list[dict[str, object]] = []
-        self.closes: list[str] = []
-        self.closed = trio.Event()
-        self.sends = 0
-        self._gates: dict[int, Gate] = {}
-        self._failures: dict[int, BaseException] = {}
-        self.log: list[str] | None = None
-
-    def hold(self, nth: int) -> Gate:
-        gate = self._gates[nth] = Gate()
-        return gate
-
-    def fail(self, nth: int, error: BaseException) -> None:
-        self._failures[nth] = error
-
-    async def send(self, frame: dict[str, object]) -> None:
-        assert type(frame) is dict, "send must get a fresh plain dict"
-        self.sends += 1
-        nth = self.sends
-        gate = self._gates.pop(nth, None)
-        if gate is not None:
-            await gate.wait()
-        error = self._failures.pop(nth, None)
-        if self.log is not None:
-            self.log.append("send")
-        if error is not None:
-            raise error
-        self.frames.append(frame)
-
-    async def close(self, reason: str) -> None:
-        self.closes.append(reason)
-        self.closed.set()
-
-    def seqs(self) -> list[object]:
-        return [f.get("server_event_seq") for f in self.frames]
 
 
 class Events:
@@ -121,14 +55,7 @@ class Events:
 @asynccontextmanager
 async def registry(**overrides: Any) -> AsyncIterator[TrioSessionRegistry]:
     """``open_session_registry`` with test defaults: a fake clock, no ticker."""
-    options: dict[str, Any] = {
-        "replay_ttl_s": 60.0,
-        "replay_max_bytes_per_session": 1 << 20,
-        "clock": FakeClock(),
-        "sweep_interval_s": None,
-    }
-    options.update(overrides)
-    async with open_session_registry(**options) as reg:
+    async with open_session_registry(**registry_options(**overrides)) as reg:
         yield reg
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from typing import Any
 
 import anyio
@@ -46,6 +46,7 @@ from supervisor.gateway.limits import AddressCounter
 from supervisor.gateway.operations import http_routes
 from supervisor.gateway.registry import open_registry
 from supervisor.gateway.service import GatewayService
+from supervisor.options import RegistryOptions
 
 __all__ = ["GatewayApp"]
 
@@ -113,7 +114,8 @@ class GatewayApp:
     ``engine``: your :class:`~supervisor.gateway.engine.Engine` (default: a
     :class:`~supervisor.gateway.engine.DemoEngine`). ``authenticate``: a hook
     given each handshake (:mod:`supervisor.gateway.auth`). ``registry_options``:
-    more of the registry's keyword options (see :func:`~supervisor.gateway.registry.open_registry`).
+    the registry's :class:`~supervisor.RegistryOptions` (see
+    :mod:`supervisor.gateway.registry`).
     """
 
     def __init__(
@@ -123,10 +125,10 @@ class GatewayApp:
         engine: Engine | None = None,
         authenticate: Authenticate | None = None,
         faults: FaultPlan | None = None,
-        registry_options: Mapping[str, Any] | None = None,
+        registry_options: RegistryOptions | None = None,
     ) -> None:
         self.config = config or GatewayConfig()
-        self._registry_options = dict(registry_options or {})
+        self._registry_options = registry_options
         self.engine: Engine = engine if engine is not None else DemoEngine()
         self._authenticate = authenticate
         self._faults = faults
@@ -151,7 +153,7 @@ class GatewayApp:
         if self.service is not None:
             raise RuntimeError("this gateway is already running")
         registry_cm = open_registry(
-            self.config, observer=self._observe, faults=self._faults, **self._registry_options
+            self.config, self._registry_options, observer=self._observe, faults=self._faults
         )
         async with registry_cm as registry, anyio.create_task_group() as group:
             self.service = GatewayService(

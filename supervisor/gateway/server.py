@@ -20,8 +20,8 @@ from __future__ import annotations
 import functools
 import logging
 import ssl
-from collections.abc import Callable, Mapping
-from typing import Any, cast
+from collections.abc import Callable
+from typing import cast
 
 import trio
 
@@ -47,6 +47,7 @@ from supervisor.gateway.websocket import (
     read_upgrade,
     reject,
 )
+from supervisor.options import RegistryOptions
 
 __all__ = ["GOING_AWAY", "Gateway", "GatewayConfig", "GatewayCounters", "serve_gateway"]
 
@@ -220,7 +221,7 @@ async def serve_gateway(
     engine_config: EngineConfig | None = None,
     authenticate: Authenticate | None = None,
     faults: FaultPlan | None = None,
-    registry_options: Mapping[str, Any] | None = None,
+    registry_options: RegistryOptions | None = None,
     on_started: Callable[[GatewayService], None] | None = None,
     task_status: trio.TaskStatus[Gateway] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -231,8 +232,9 @@ async def serve_gateway(
     ``authenticate``: a hook given each handshake (see :mod:`supervisor.gateway.auth`).
     ``faults``: a :class:`~supervisor.faults.FaultPlan` for the registry, to
     test what clients see when sessions or the supervisor fail.
-    ``registry_options``: more of the registry's keyword options
-    (:func:`~supervisor.gateway.registry.open_registry`).
+    ``registry_options``: the registry's :class:`~supervisor.RegistryOptions`
+    (then ``config``'s replay TTL and bytes, disconnect grace and send
+    timeout are not used; see :mod:`supervisor.gateway.registry`).
     Cancelled, it first closes every connection with 1001 (going away).
     """
     the_engine: Engine = engine if engine is not None else DemoEngine(engine_config)
@@ -242,9 +244,7 @@ async def serve_gateway(
         if service_box:
             service_box[0].observe(event)
 
-    async with open_registry(
-        config, observer=observe, faults=faults, **dict(registry_options or {})
-    ) as registry:
+    async with open_registry(config, registry_options, observer=observe, faults=faults) as registry:
         # Once up, the engine and the connection handlers run shielded: a
         # cancellation from outside (Ctrl-C, SIGTERM) first tells every client
         # to go away, and only then stops them. Cancelled first, their sockets

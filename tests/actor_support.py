@@ -10,46 +10,22 @@ from typing import Any
 from actors.messages import LifecycleEvent
 from supervisor.faults import FaultPlan
 from supervisor.policy import RestartPolicy
+from supervisor.testing import FakeClock, Wire
 from supervisor.threads import ThreadSessionRegistry
 
 WAIT = 5.0
 
-
-class FakeClock:
-    """A settable clock: ``clock.now += 10``."""
-
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class Wire:
-    """A blocking ``send``/``close`` pair that records what reached it."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.frames: list[dict[str, object]] = []
-        self.closes: list[str] = []
-        self.closed = threading.Event()
-
-    def send(self, frame: dict[str, object]) -> None:
-        with self._lock:
-            self.frames.append(frame)
-
-    def close(self, reason: str) -> None:
-        with self._lock:
-            self.closes.append(reason)
-        self.closed.set()
-
-    def seqs(self) -> list[int]:
-        with self._lock:
-            return [int(f["server_event_seq"]) for f in self.frames if "server_event_seq" in f]  # type: ignore[call-overload]
-
-    def payloads(self) -> list[dict[str, object]]:
-        with self._lock:
-            return list(self.frames)
+__all__ = [
+    "WAIT",
+    "Background",
+    "Events",
+    "FakeClock",
+    "GatedPlan",
+    "Wire",
+    "activation",
+    "registry",
+    "settle",
+]
 
 
 class GatedPlan(FaultPlan):
@@ -160,7 +136,7 @@ def registry(
     try:
         yield reg
     finally:
-        reg.shutdown(timeout=WAIT)
+        reg.shutdown()
 
 
 def activation(token: object, generation: int) -> dict[str, object]:

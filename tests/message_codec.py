@@ -1,4 +1,7 @@
-"""A JSON codec for commands, effects, results and events.
+"""A JSON codec for commands, effects, results and events (kept with the tests).
+
+No library code uses it yet: it moves back into the library with the step
+that carries commands between processes.
 
 ``to_dict(message)`` gives a dict of JSON values with a ``"type"`` key (the
 class name in snake case); ``from_dict(data, **bindings)`` builds the message

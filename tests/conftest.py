@@ -1,0 +1,25 @@
+"""What every test module shares: one FakeClock and one Wire (from the plugin).
+
+The package's pytest plugin, :mod:`supervisor.testing`, is loaded from its
+entry point; its ``duplex_*`` fixtures are there too. The helpers for each
+door (``trio_support``, ``asyncio_support``, ``actor_support``, ``helpers``)
+build on these two classes.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from supervisor.testing import FakeClock, Wire
+
+
+@pytest.fixture
+def clock(duplex_clock: FakeClock) -> FakeClock:
+    """The plugin's fake clock, at 1000.0."""
+    return duplex_clock
+
+
+@pytest.fixture
+def wire(duplex_wire: Wire) -> Wire:
+    """The plugin's recording transport, for any door."""
+    return duplex_wire

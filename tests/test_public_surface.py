@@ -1,0 +1,98 @@
+"""The public surface is listed in one place, docs/api.md, and nowhere wider."""
+
+from __future__ import annotations
+import __future__
+
+import importlib
+import re
+import types
+from pathlib import Path
+
+import pytest
+
+API = Path(__file__).resolve().parent.parent / "docs" / "api.md"
+PACKAGES = ("supervisor", "actors", "supervisor.gateway")
+
+
+def _listed(package: str) -> set[str]:
+    """The names the surface section lists for ``package``."""
+    text = API.read_text(encoding="utf-8")
+    surface = text.split("## The surface, in one place", 1)[1].split("\n## ", 1)[0]
+    match = re.search(rf"^`{re.escape(package)}`[^\n]*:\n(.*?)(?:\n\n|\Z)", surface, re.M | re.S)
+    assert match is not None, f"docs/api.md lists no surface for {package}"
+    return set(re.findall(r"`(\w+)`", match.group(1)))
+
+
+def _rendered() -> set[str]:
+    """The objects the API reference renders from their docstrings."""
+    return set(re.findall(r"^::: ([\w.]+)$", API.read_text(encoding="utf-8"), re.M))
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_every_exported_name_is_listed_and_every_listed_name_exported(package: str) -> None:
+    module = importlib.import_module(package)
+    assert set(module.__all__) == _listed(package)
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_a_package_has_no_public_name_outside_its_all(package: str) -> None:
+    module = importlib.import_module(package)
+    public = {
+        name
+        for name, value in vars(module).items()
+        if not name.startswith("_")
+        and not isinstance(value, types.ModuleType | __future__._Feature)
+    }
+    assert public <= set(module.__all__)
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_every_listed_name_is_rendered_in_the_reference(package: str) -> None:
+    rendered = _rendered()
+    for name in _listed(package):
+        if package == "actors" and name in _listed("supervisor"):
+            continue  # rendered once, under supervisor
+        assert f"{package}.{name}" in rendered, f"{package}.{name}"
+
+
+def test_the_trio_door_is_supervisor_open_session_registry() -> None:
+    import supervisor
+    from supervisor.trio_registry import open_session_registry
+
+    assert supervisor.open_session_registry is open_session_registry
+
+
+def test_the_test_fails_on_an_unlisted_export(monkeypatch: pytest.MonkeyPatch) -> None:
+    import supervisor
+
+    monkeypatch.setattr(supervisor, "__all__", [*supervisor.__all__, "SessionSystem"])
+    with pytest.raises(AssertionError):
+        test_every_exported_name_is_listed_and_every_listed_name_exported("supervisor")
+
+
+def _documented(obj: object) -> bool:
+    return bool((getattr(obj, "__doc__", None) or "").strip())
+
+
+@pytest.mark.parametrize("package", ["supervisor", "actors"])
+def test_every_public_name_and_method_has_a_docstring(package: str) -> None:
+    import inspect
+    import typing
+
+    module = importlib.import_module(package)
+    missing: list[str] = []
+    for name in module.__all__:
+        value = getattr(module, name)
+        if typing.get_origin(value) is not None or not (
+            inspect.isclass(value) or inspect.isfunction(value)
+        ):
+            continue  # a type alias: documented where it is defined
+        if not _documented(value):
+            missing.append(name)
+        if inspect.isclass(value):
+            for attribute, member in vars(value).items():
+                if attribute.startswith("_") or not callable(member):
+                    continue
+                if not _documented(member):
+                    missing.append(f"{name}.{attribute}")
+    assert missing == []
