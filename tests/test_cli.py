@@ -174,9 +174,11 @@ def test_network_errors_exit_2_with_a_message_not_a_traceback() -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = _run("serve", "--port", str(port))
-    assert result.returncode == 2, result.stderr
-    assert f"127.0.0.1:{port}: Address already in use" in result.stderr
+        for server in ("trio", "asgi-uvicorn", "asgi-hypercorn"):
+            result = _run("serve", "--server", server, "--port", str(port))
+            assert result.returncode == 2, result.stderr
+            last = result.stderr.strip().splitlines()[-1]
+            assert last == f"duplex-supervisor: 127.0.0.1:{port}: Address already in use", last
     assert "Traceback" not in result.stderr
 
 

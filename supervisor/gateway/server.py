@@ -208,9 +208,9 @@ def ssl_context(config: GatewayConfig) -> ssl.SSLContext | None:
         context.load_cert_chain(config.tls_cert, config.tls_key)
     except (OSError, ssl.SSLError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise OSError(
-            exc.errno, f"--tls-cert {config.tls_cert} / --tls-key {config.tls_key}: {why}"
-        ) from None
+        error = OSError(f"--tls-cert {config.tls_cert} / --tls-key {config.tls_key}: {why}")
+        error.errno = exc.errno
+        raise error from None
     return context
 
 
@@ -267,9 +267,9 @@ async def serve_gateway(
                     try:
                         listeners = await trio.open_tcp_listeners(config.port, host=config.host)
                     except OSError as exc:
-                        raise OSError(
-                            exc.errno, f"{config.host}:{config.port}: {exc.strerror or exc}"
-                        ) from None
+                        error = OSError(f"{config.host}:{config.port}: {exc.strerror or exc}")
+                        error.errno = exc.errno
+                        raise error from None
                     gateway.port = listeners[0].socket.getsockname()[1]
                     for listener in listeners:
                         await nursery.start(

@@ -63,8 +63,14 @@ def _going_away(signum: int) -> None:
     )
 
 
-def _bind_error(config: GatewayConfig, exc: OSError) -> OSError:
-    return OSError(exc.errno, f"{config.host}:{config.port}: {exc.strerror or exc}")
+def _bind_error(config: GatewayConfig, exc: BaseException) -> OSError:
+    """``host:port: why`` (the errno kept as an attribute, out of the message)."""
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    error = OSError(f"{config.host}:{config.port}: {why}")
+    error.errno = exc.errno if isinstance(exc, OSError) else None
+    return error
 
 
 def _url(config: GatewayConfig, port: int) -> str:
@@ -267,8 +273,8 @@ async def _serve_hypercorn(options: ServeOptions) -> int:
                         task_status=task_status,
                     )
                 )
-            except OSError as exc:
-                raise _bind_error(config, exc) from None
+            except* OSError as group:
+                raise _bind_error(config, group) from None
             port = int(binds[0].rsplit(":", 1)[1])
             logger.info("gateway listening on %s", _url(config, port))
             options.on_listening(_url(config, port))
