@@ -1,4 +1,6 @@
 """``duplex-supervisor``: serve the gateway, run chaos clients, or both (demo)."""
+# The flags are in supervisor/cli_flags.py, the servers in
+# supervisor/gateway/servers.py, logging in supervisor/gateway/logs.py.
 
 from __future__ import annotations
 
@@ -7,339 +9,32 @@ import json
 import logging
 import os
 import signal
+import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import trio
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from supervisor.cli_flags import SECRET_ENV, parser, read_secret
 from supervisor.gateway.chaos import ChaosConfig, ChaosReport, ClientReport, run_chaos
-from supervisor.gateway.engine import EngineConfig
+from supervisor.gateway.engine import (
+    DemoEngine,
+    Engine,
+    EngineConfig,
+    load_callable,
+    load_engine_factory,
+)
+from supervisor.gateway.logs import configure_logging
 from supervisor.gateway.server import Gateway, GatewayConfig, serve_gateway
+from supervisor.gateway.servers import SERVER_ALIASES, ServeOptions, run_server
+from supervisor.gateway.wire_client import WireClosedError
 
 __all__ = ["main"]
 
 logger = logging.getLogger("duplex_supervisor.supervisor")
-
-SECRET_ENV = "DUPLEX_SUPERVISOR_SECRET"  # noqa: S105 - a variable name, not a secret
-
-
-def _positive(kind: Callable[[str], float]) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        value = kind(text)
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-        return value
-
-    return parse
-
-
-def _grace(text: str) -> float | None:
-    if text.strip().lower() == "none":
-        return None
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be positive or 'none', got {text}")
-    return value
-
-
-def _non_negative(text: str) -> float:
-    value = float(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
-
-
-def _add_engine_flags(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("demo engine")
-    group.add_argument(
-        "--event-rate",
-        type=_non_negative,
-        default=20.0,
-        metavar="HZ",
-        help="events per second each session's engine streams, attached or not (default 20)",
-    )
-    group.add_argument(
-        "--delta-chars",
-        type=_positive(int),
-        default=24,
-        metavar="N",
-        help="characters of text per streamed delta (default 24)",
-    )
-    group.add_argument(
-        "--max-inputs-per-session",
-        type=_positive(int),
-        default=100_000,
-        metavar="N",
-        help="distinct input ids a session answers in its life, each remembered so a "
-        "repeat is never answered twice; a new id past it gets error 'input_limit' "
-        "(default 100000)",
-    )
-
-
-def _add_chaos_flags(parser: argparse.ArgumentParser, *, clients: int, duration: float) -> None:
-    group = parser.add_argument_group("chaos clients")
-    group.add_argument(
-        "--clients",
-        type=_positive(int),
-        default=clients,
-        help=f"concurrent clients, one session each (default {clients})",
-    )
-    group.add_argument(
-        "--duration",
-        type=_positive(float),
-        default=duration,
-        metavar="SECONDS",
-        help=f"how long the clients stream before closing (default {duration:g})",
-    )
-    group.add_argument(
-        "--drop-rate",
-        type=_non_negative,
-        default=0.5,
-        metavar="PER_SECOND",
-        help="chance per second that a client cuts its TCP connection (default 0.5)",
-    )
-    group.add_argument(
-        "--max-reconnect-delay",
-        type=_non_negative,
-        default=0.5,
-        metavar="SECONDS",
-        help="a cut client waits a random delay up to this before resuming (default 0.5)",
-    )
-    group.add_argument(
-        "--input-rate",
-        type=_non_negative,
-        default=1.0,
-        metavar="HZ",
-        help="inputs per second each client sends; each must be answered once (default 1)",
-    )
-    group.add_argument(
-        "--ack-every",
-        type=_positive(int),
-        default=10,
-        metavar="N",
-        help="clients acknowledge after every N events (default 10)",
-    )
-    group.add_argument(
-        "--seed", type=int, default=0, help="seed of every random choice (default 0)"
-    )
-    group.add_argument(
-        "--json",
-        action="store_true",
-        help="print one JSON object (figures under 'totals') on stdout instead of a table",
-    )
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="duplex-supervisor",
-        description=(
-            "Resumable duplex sessions as actors. 'demo' runs a WebSocket gateway and a crowd "
-            "of chaos clients that cut their connections and resume, then reports whether any "
-            "event was lost or repeated."
-        ),
-    )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    serve = commands.add_parser(
-        "serve",
-        help="run the gateway until Ctrl-C",
-        description="Serve resumable sessions over WebSocket, fed by the demo engine. "
-        "Ctrl-C closes every connection with 1001 (going away).",
-    )
-    net = serve.add_argument_group("network")
-    net.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
-    net.add_argument("--port", type=int, default=8765, help="TCP port, 0 for any (default 8765)")
-    net.add_argument("--path", default="/v1", help="the WebSocket endpoint's path (default /v1)")
-    net.add_argument("--tls-cert", help="PEM certificate: serve wss:// (needs --tls-key)")
-    net.add_argument("--tls-key", help="PEM private key for --tls-cert")
-    net.add_argument(
-        "--allowed-origin",
-        action="append",
-        default=[],
-        metavar="ORIGIN",
-        help="accept browsers only from this Origin (repeatable; default: any)",
-    )
-    limits = serve.add_argument_group("limits")
-    limits.add_argument(
-        "--max-frame-bytes",
-        type=_positive(int),
-        default=65_536,
-        help="largest client frame answered normally (default 65536)",
-    )
-    limits.add_argument(
-        "--handshake-timeout",
-        type=_positive(float),
-        default=5.0,
-        help="seconds a new connection has to send its first frame (default 5)",
-    )
-    limits.add_argument(
-        "--ping-interval",
-        type=_positive(float),
-        default=10.0,
-        help="seconds between pings to each client (default 10)",
-    )
-    limits.add_argument(
-        "--idle-timeout",
-        type=_positive(float),
-        default=30.0,
-        help="a client that misses a pong this long is detached (default 30)",
-    )
-    limits.add_argument(
-        "--max-sessions",
-        type=_positive(int),
-        default=10_000,
-        help="sessions held at once, attached or not; one more session.open is answered "
-        "error 'overloaded' and closed 4503 (default 10000)",
-    )
-    limits.add_argument(
-        "--max-sessions-per-address",
-        type=_positive(int),
-        default=256,
-        help="sessions opened from one client address and not yet ended; one more "
-        "session.open from it is answered 'too_many_sessions' and closed 4429 (default 256)",
-    )
-    limits.add_argument(
-        "--max-connections",
-        type=_positive(int),
-        default=10_000,
-        help="TCP connections served at once; more are answered HTTP 503 before the "
-        "upgrade (with TLS: closed) (default 10000)",
-    )
-    limits.add_argument(
-        "--max-connections-per-address",
-        type=_positive(int),
-        default=256,
-        help="TCP connections from one client address at once; more are answered HTTP 429 "
-        "before the upgrade (with TLS: closed) (default 256)",
-    )
-    limits.add_argument(
-        "--max-inputs-in-flight",
-        type=_positive(int),
-        default=8,
-        help="answers a session may have on their way at once; an input past it gets "
-        "error 'busy' (not answered, not remembered: send it again later) (default 8)",
-    )
-    limits.add_argument(
-        "--max-inputs-per-second",
-        type=_positive(float),
-        default=20.0,
-        metavar="RATE",
-        help="inputs a connection may send per second, in bursts of as many; an input past "
-        "it gets error 'rate_limited' (not answered, not remembered) (default 20)",
-    )
-    limits.add_argument(
-        "--close-timeout",
-        type=_positive(float),
-        default=5.0,
-        help="seconds a close handshake may take before the TCP connection is aborted, "
-        "whatever the peer does (default 5)",
-    )
-    limits.add_argument(
-        "--disconnect-grace",
-        type=_grace,
-        default=60.0,
-        help="seconds a detached session waits for a resume, or 'none' to keep detached "
-        "sessions until a client closes them (default 60)",
-    )
-    limits.add_argument(
-        "--replay-ttl",
-        type=_positive(float),
-        default=120.0,
-        help="seconds an unacknowledged event stays replayable (default 120)",
-    )
-    limits.add_argument(
-        "--replay-max-bytes",
-        type=_positive(int),
-        default=4 << 20,
-        help="journal bytes per session before it overflows (default 4 MiB)",
-    )
-    limits.add_argument(
-        "--send-timeout",
-        type=_positive(float),
-        default=10.0,
-        help="a send to a client taking longer gives that socket up (default 10)",
-    )
-    limits.add_argument(
-        "--resume-failures",
-        type=_positive(int),
-        default=5,
-        help="failed resumes allowed per address per window (default 5)",
-    )
-    limits.add_argument(
-        "--resume-window",
-        type=_positive(float),
-        default=60.0,
-        help="seconds of the resume-failure window (default 60)",
-    )
-    limits.add_argument(
-        "--secret-failures",
-        type=_positive(int),
-        default=5,
-        help="wrong secrets allowed per address per window; then session.open from that "
-        "address is answered 'secret_throttled' and closed 4429 (default 5)",
-    )
-    limits.add_argument(
-        "--secret-window",
-        type=_positive(float),
-        default=60.0,
-        help="seconds of the wrong-secret window (default 60)",
-    )
-    limits.add_argument(
-        "--throttle-addresses",
-        type=_positive(int),
-        default=10_000,
-        help="addresses each failure throttle remembers at most; the one whose last "
-        "failure is oldest is forgotten first, and any is forgotten once its window "
-        "passed (default 10000)",
-    )
-    limits.add_argument(
-        "--secret",
-        default=os.environ.get(SECRET_ENV),
-        help=f"session.open must present this secret (default: ${SECRET_ENV}, or none)",
-    )
-    serve.add_argument(
-        "--stats-interval",
-        type=_positive(float),
-        default=10.0,
-        help="seconds between stats log lines (default 10)",
-    )
-    serve.add_argument(
-        "--log-interval",
-        type=_positive(float),
-        default=10.0,
-        help="at most one log line of each kind (refused connections, failed handlers, "
-        "shed connections...) per this many seconds; the rest are counted in one summary "
-        "line (default 10)",
-    )
-    _add_engine_flags(serve)
-
-    chaos = commands.add_parser(
-        "chaos",
-        help="run chaos clients against a gateway",
-        description="Clients that cut their connections at random and resume; exit status 0 "
-        "only if no event was lost or duplicated and no unexpected error came.",
-    )
-    chaos.add_argument("url", help="the gateway, e.g. ws://127.0.0.1:8765/v1")
-    chaos.add_argument(
-        "--secret",
-        default=os.environ.get(SECRET_ENV),
-        help=f"the gateway's session.open secret (default: ${SECRET_ENV})",
-    )
-    _add_chaos_flags(chaos, clients=20, duration=10.0)
-
-    demo = commands.add_parser(
-        "demo",
-        help="serve on a free loopback port and run chaos against it",
-        description="The gateway and the chaos clients in one process, on loopback; a table "
-        "(or --json) at the end. Exit status 0 only if lost, duplicated and errors are 0.",
-    )
-    _add_chaos_flags(demo, clients=20, duration=12.0)
-    _add_engine_flags(demo)
-    return parser
 
 
 def _table(report: ChaosReport, gateway: Gateway | None) -> Table:
@@ -397,7 +92,8 @@ def _chaos_config(args: argparse.Namespace) -> ChaosConfig:
         input_rate_hz=args.input_rate,
         ack_every=args.ack_every,
         seed=args.seed,
-        secret=getattr(args, "secret", None),
+        secret=read_secret(args) if args.command == "chaos" else None,
+        ca_file=getattr(args, "ca_file", None),
     )
 
 
@@ -439,13 +135,15 @@ def _engine_config(args: argparse.Namespace) -> EngineConfig:
     return EngineConfig(
         event_rate_hz=args.event_rate,
         delta_chars=args.delta_chars,
-        max_inputs_per_session=args.max_inputs_per_session,
     )
 
 
 async def _demo(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
-    engine = _engine_config(args)
+    server = SERVER_ALIASES.get(args.server, args.server)
+    if server != "trio":
+        return await _demo_in_process(args, console, server)
+    engine = DemoEngine(_engine_config(args))
     # Every demo client comes from 127.0.0.1: the per-address caps fit the crowd.
     crowd = max(256, 2 * args.clients)
     config = GatewayConfig(
@@ -453,7 +151,7 @@ async def _demo(args: argparse.Namespace) -> int:
     )
     async with trio.open_nursery() as nursery:
         gateway: Gateway = await nursery.start(
-            lambda task_status: serve_gateway(config, engine_config=engine, task_status=task_status)
+            lambda task_status: serve_gateway(config, engine=engine, task_status=task_status)
         )
         report = await _run_chaos(gateway.url, _chaos_config(args), console, gateway)
         status = _finish(args, report, gateway)
@@ -461,13 +159,62 @@ async def _demo(args: argparse.Namespace) -> int:
     return status
 
 
-async def _chaos(args: argparse.Namespace) -> int:
-    report = await _run_chaos(args.url, _chaos_config(args), Console(stderr=True), None)
+async def _demo_in_process(args: argparse.Namespace, console: Console, server: str) -> int:
+    """An ASGI server runs on its own loop: ``serve`` in a child process, chaos here."""
+    crowd = str(max(256, 2 * args.clients))
+    command = [sys.executable, "-m", "supervisor", "serve", "--port", "0", "--server", server]
+    command += ["--max-connections-per-address", crowd, "--max-sessions-per-address", crowd]
+    command += ["--event-rate", str(args.event_rate), "--delta-chars", str(args.delta_chars)]
+    command += ["--max-inputs-per-session", str(args.max_inputs_per_session)]
+    command += ["--log-level", "info", "--stats-interval", "3600"]
+    env = {k: v for k, v in os.environ.items() if k != SECRET_ENV}
+    process = await trio.lowlevel.open_process(command, stderr=subprocess.PIPE, env=env)
+    assert process.stderr is not None  # noqa: S101 - asked for above
+    try:
+        url = await _listening_url(process.stderr)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_drain, process.stderr)
+            report = await _run_chaos(url, _chaos_config(args), console, None)
+            process.send_signal(signal.SIGTERM)
+            with trio.fail_after(30):
+                await process.wait()
+            nursery.cancel_scope.cancel()
+    finally:
+        if process.returncode is None:
+            process.kill()
+        with trio.CancelScope(shield=True):
+            await process.wait()
+            await process.stderr.aclose()
+    if process.returncode != 0:
+        raise ValueError(f"the {server} server exited {process.returncode} after SIGTERM")
     return _finish(args, report, None)
 
 
-async def _serve(args: argparse.Namespace) -> int:
-    config = GatewayConfig(
+async def _listening_url(stream: trio.abc.ReceiveStream) -> str:
+    log = b""
+    with trio.fail_after(30):
+        while b"listening on" not in log or not log.endswith(b"\n"):
+            chunk = await stream.receive_some()
+            if not chunk:
+                raise ValueError(f"the server did not start: {log.decode(errors='replace')}")
+            log += chunk
+    line = next(ln for ln in log.decode().splitlines() if "listening on" in ln)
+    return line.rsplit(" ", 1)[-1]
+
+
+async def _drain(stream: trio.abc.ReceiveStream) -> None:
+    while await stream.receive_some():
+        pass
+
+
+async def _chaos(args: argparse.Namespace) -> int:
+    config = _chaos_config(args)
+    report = await _run_chaos(args.url, config, Console(stderr=True), None)
+    return _finish(args, report, None)
+
+
+def _gateway_config(args: argparse.Namespace) -> GatewayConfig:
+    return GatewayConfig(
         host=args.host,
         port=args.port,
         path=args.path,
@@ -480,12 +227,15 @@ async def _serve(args: argparse.Namespace) -> int:
         replay_ttl_s=args.replay_ttl,
         replay_max_bytes_per_session=args.replay_max_bytes,
         send_timeout_s=args.send_timeout,
-        shared_secret=args.secret,
+        shared_secret=read_secret(args),
         allowed_origins=tuple(args.allowed_origin),
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         resume_failures_allowed=args.resume_failures,
         resume_failure_window_s=args.resume_window,
+        session_resume_failures_allowed=args.session_resume_failures,
+        session_resume_failure_window_s=args.session_resume_window,
+        trusted_proxies=tuple(args.trusted_proxy),
         max_sessions_per_address=args.max_sessions_per_address,
         max_connections=args.max_connections,
         max_connections_per_address=args.max_connections_per_address,
@@ -496,70 +246,65 @@ async def _serve(args: argparse.Namespace) -> int:
         secret_failure_window_s=args.secret_window,
         throttle_max_addresses=args.throttle_addresses,
         log_interval_s=args.log_interval,
+        max_inputs_per_session=args.max_inputs_per_session,
     )
-    engine = _engine_config(args)
-    # Ctrl-C as a message, not a KeyboardInterrupt raised in whatever task
-    # runs: that would crash the handlers before the gateway says going-away.
-    with trio.open_signal_receiver(signal.SIGINT) as interrupts:
-        async with trio.open_nursery() as nursery:
-            gateway: Gateway = await nursery.start(
-                lambda task_status: serve_gateway(
-                    config, engine_config=engine, task_status=task_status
-                )
-            )
-            logger.info("serving %s (Ctrl-C to stop)", gateway.url)
-            nursery.start_soon(_log_stats, gateway, args.stats_interval)
-            async for _ in interrupts:
-                break
-            logger.info("interrupted: closing every connection (going away)")
-            nursery.cancel_scope.cancel()
-    return 130
 
 
-async def _log_stats(gateway: Gateway, interval: float) -> None:
-    while True:
-        await trio.sleep(interval)
-        stats = gateway.registry.stats()
-        logger.info(
-            "sessions=%d attached=%d events=%d resumes=%d connections=%d open=%d "
-            "refused=%s errors=%s",
-            stats.sessions,
-            stats.attached,
-            stats.events_journaled,
-            stats.resumes,
-            gateway.counters.connections,
-            gateway.connections.total,
-            gateway.counters.refused,
-            gateway.counters.errors,
-        )
+def _engine(args: argparse.Namespace) -> Engine:
+    if args.engine is None:
+        return DemoEngine(_engine_config(args))
+    engine = load_engine_factory(args.engine)()
+    if not isinstance(engine, Engine):
+        raise ValueError(f"--engine {args.engine}: the factory returned no Engine: {engine!r}")
+    return engine
+
+
+def _serve(args: argparse.Namespace) -> int:
+    authenticate = None
+    if args.authenticate is not None:
+        authenticate = load_callable(args.authenticate, "--authenticate")
+    options = ServeOptions(
+        config=_gateway_config(args),
+        engine=_engine(args),
+        authenticate=authenticate,
+        stats_interval_s=args.stats_interval,
+    )
+    return run_server(args.server, options)
+
+
+def _logging(args: argparse.Namespace) -> None:
+    default = "info" if args.command == "serve" else "warning"
+    level = "debug" if getattr(args, "verbose", False) else getattr(args, "log_level", default)
+    configure_logging(
+        level=getattr(logging, level.upper()),
+        log_format=getattr(args, "log_format", "text"),
+        third_party_level=getattr(
+            logging, getattr(args, "third_party_log_level", "warning").upper()
+        ),
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    level = (
-        logging.DEBUG
-        if args.verbose
-        else logging.INFO
-        if args.command == "serve"
-        else logging.WARNING
-    )
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    runner = {"serve": _serve, "chaos": _chaos, "demo": _demo}[args.command]
+    args = parser().parse_args(argv)
+    _logging(args)
     try:
+        if args.command == "serve":
+            return _serve(args)
+        runner = {"chaos": _chaos, "demo": _demo}[args.command]
         return trio.run(runner, args)
     except BaseExceptionGroup as group:
         # Raised inside trio nurseries, these arrive in exception groups.
         interrupted, others = group.split(KeyboardInterrupt)
         if interrupted is not None and others is None:
             return 130
-        known, others = group.split((OSError, ValueError))
+        known, others = group.split((OSError, ValueError, WireClosedError))
         if known is None or others is not None:
             raise
         print(f"duplex-supervisor: {_first_leaf(known)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, WireClosedError) as exc:
         print(f"duplex-supervisor: {exc}", file=sys.stderr)
         return 2
 

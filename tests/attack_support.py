@@ -41,7 +41,7 @@ from wsproto.events import (
     TextMessage,
 )
 
-from supervisor.cli import SECRET_ENV
+from supervisor.cli_flags import SECRET_ENV
 
 #: Every attack test body runs under ``trio.fail_after(LIMIT)`` (real time).
 LIMIT = 30.0
@@ -281,13 +281,20 @@ def make_certificate(directory: Path) -> tuple[str, str]:
 
 @contextlib.asynccontextmanager
 async def server_process(
-    *flags: str, nofile: int | None = None, tls: tuple[str, str] | None = None
+    *flags: str,
+    nofile: int | None = None,
+    tls: tuple[str, str] | None = None,
+    secret: str | None = None,
 ) -> AsyncIterator[ServerProcess]:
-    """Serve on 127.0.0.1 in a subprocess until the block ends, then SIGINT it."""
+    """Serve on 127.0.0.1 in a subprocess until the block ends, then SIGINT it
+    (unless the test stopped it itself: then it must have exited 0).
+    ``secret``: the gateway's secret, passed the way it must be (the environment)."""
     command = [sys.executable, "-m", "supervisor", "serve", "--port", "0", *flags]
     if tls is not None:
         command += ["--tls-cert", tls[0], "--tls-key", tls[1]]
     env = {k: v for k, v in os.environ.items() if k != SECRET_ENV}
+    if secret is not None:
+        env[SECRET_ENV] = secret
     env["PYTHONUNBUFFERED"] = "1"
     preexec: Callable[[], None] | None = None
     if nofile is not None:
@@ -318,11 +325,14 @@ async def server_process(
 
             nursery.start_soon(drain, process.stderr, server.log)
             yield server
-            process.send_signal(signal.SIGINT)
+            stopped_by_test = process.returncode is not None
+            if not stopped_by_test:
+                process.send_signal(signal.SIGINT)
             with trio.move_on_after(15):
                 await process.wait()
             text = server.log.decode(errors="replace")
-            assert process.returncode == 130, (process.returncode, text[-3000:])
+            expected = 0 if stopped_by_test else 130
+            assert process.returncode == expected, (process.returncode, text[-3000:])
             assert "Traceback" not in text, text[-3000:]
     finally:
         if process.returncode is None:

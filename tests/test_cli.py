@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import trio
 
-from supervisor.cli import SECRET_ENV, _parser
+from supervisor.cli_flags import SECRET_ENV, parser
 from supervisor.gateway.server import GatewayConfig
 from supervisor.gateway.wire_client import WireClient
 from tests.gateway_support import LIMIT, read_until, read_until_closed, running_gateway
@@ -44,7 +47,12 @@ REQUIRED_FLAGS = {
         "--idle-timeout",
         "--max-sessions",
         "--disconnect-grace",
-        "--secret",
+        "--secret-file",
+        "--server",
+        "--engine",
+        "--trusted-proxy",
+        "--log-format",
+        "--log-level",
         "--allowed-origin",
         "--tls-cert",
         "--tls-key",
@@ -87,7 +95,7 @@ def test_demo_json_reports_nothing_lost() -> None:
 
 
 def _subcommands() -> dict[str, argparse.ArgumentParser]:
-    for action in _parser()._actions:
+    for action in parser()._actions:
         if isinstance(action, argparse._SubParsersAction):
             return dict(action.choices)
     raise AssertionError("duplex-supervisor has no subcommands")
@@ -165,9 +173,12 @@ def test_network_errors_exit_2_with_a_message_not_a_traceback() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        result = _run("serve", "--port", str(taken.getsockname()[1]))
-    assert result.returncode == 2, result.stderr
-    assert "Address already in use" in result.stderr
+        port = taken.getsockname()[1]
+        for server in ("trio", "asgi-uvicorn", "asgi-hypercorn"):
+            result = _run("serve", "--server", server, "--port", str(port))
+            assert result.returncode == 2, result.stderr
+            last = result.stderr.strip().splitlines()[-1]
+            assert last == f"duplex-supervisor: 127.0.0.1:{port}: Address already in use", last
     assert "Traceback" not in result.stderr
 
 
@@ -193,48 +204,191 @@ async def test_chaos_command_against_a_gateway_with_a_secret() -> None:
             assert "unauthorized" not in harness.gateway.counters.errors
 
 
+@dataclass
+class _Served:
+    process: trio.Process
+    url: str
+    log: bytearray
+
+
+@contextlib.asynccontextmanager
+async def _serve_process(command: list[str]) -> AsyncIterator[_Served]:
+    """``serve`` in a subprocess; ``log`` is its stderr, read whole once it exited."""
+    process = await trio.lowlevel.open_process(command, stderr=subprocess.PIPE, env=_env())
+    assert process.stderr is not None
+    try:
+        log = bytearray()
+        while b"listening on" not in log or not log.endswith(b"\n"):
+            chunk = await process.stderr.receive_some()
+            assert chunk, log
+            log += chunk
+        line = next(ln for ln in log.decode().splitlines() if "listening on" in ln)
+        url = line.rstrip('"}').rsplit(" ", 1)[-1]
+        served = _Served(process, url, log)
+        yield served
+        await process.wait()
+        while chunk := await process.stderr.receive_some():
+            log += chunk
+    finally:
+        if process.returncode is None:
+            process.kill()
+        with trio.CancelScope(shield=True):
+            await process.wait()
+            await process.stderr.aclose()
+
+
 async def test_serve_on_sigint_closes_connections_going_away() -> None:
     # Busy (500 events/s), so a Ctrl-C often lands while some task runs.
     command = [*MODULE, "serve", "--port", "0", "--stats-interval", "0.2", "--event-rate", "500"]
     with trio.fail_after(LIMIT):
-        process = await trio.lowlevel.open_process(command, stderr=subprocess.PIPE, env=_env())
-        try:
-            assert process.stderr is not None
-            log = b""
-            while b"/v1\n" not in log:
-                chunk = await process.stderr.receive_some()
-                assert chunk, log
-                log += chunk
-            line = next(ln for ln in log.decode().splitlines() if "listening on" in ln)
-            client = await WireClient.connect(line.rsplit(" ", 1)[-1])
+        async with _serve_process(command) as served:
+            client = await WireClient.connect(served.url)
             try:
                 await client.send_json({"type": "session.open"})
                 await read_until(client, "response.output_text.delta")
-                process.send_signal(signal.SIGINT)
+                served.process.send_signal(signal.SIGINT)
                 _, closed = await read_until_closed(client)
             finally:
                 await client.cut()
             assert (closed.code, closed.reason) == (1001, "going_away")
-            assert await process.wait() == 130
-            while chunk := await process.stderr.receive_some():
-                log += chunk
-            assert b"Traceback" not in log, log.decode()
-        finally:
-            if process.returncode is None:
-                process.kill()
-            with trio.CancelScope(shield=True):
-                await process.wait()
-                if process.stderr is not None:
-                    await process.stderr.aclose()
+            assert await served.process.wait() == 130
+    assert b"Traceback" not in served.log, served.log.decode()
 
 
 def test_disconnect_grace_takes_seconds_or_none() -> None:
-    from supervisor.cli import _parser
-
-    parse = _parser().parse_args
+    parse = parser().parse_args
     assert parse(["serve", "--disconnect-grace", "none"]).disconnect_grace is None
     assert parse(["serve", "--disconnect-grace", "2.5"]).disconnect_grace == 2.5
     for bad in ("0", "-1", "soon"):
         with pytest.raises(SystemExit) as exit_info:
             parse(["serve", "--disconnect-grace", bad])
         assert exit_info.value.code == 2
+
+
+def test_version_and_verbose_after_the_subcommand() -> None:
+    result = _run("--version")
+    assert result.returncode == 0
+    assert result.stdout.startswith("duplex-supervisor 0.")
+    parse = parser().parse_args
+    assert parse(["serve", "-v"]).verbose is True
+    assert parse(["-v", "demo"]).verbose is True
+    assert parse(["chaos", "ws://h:1/v1", "--log-level", "debug"]).log_level == "debug"
+
+
+@pytest.mark.parametrize(
+    ("args", "complaint"),
+    [
+        (["serve", "--port", "70000"], "argument --port: must be within 0..65535"),
+        (["serve", "--port", "-1"], "argument --port: must be within 0..65535"),
+        (["serve", "--port", "http"], "argument --port: must be a port number"),
+        (["serve", "--secret", "s3cret"], "argument --secret: a secret on the command line"),
+        (["chaos", "ws://h:1/v1", "--secret", "x"], "argument --secret: a secret on the"),
+        (["serve", "--server", "tornado"], "argument --server: invalid choice"),
+        (["serve", "--log-format", "xml"], "argument --log-format: invalid choice"),
+        (["serve", "--session-resume-window", "0"], "argument --session-resume-window"),
+    ],
+)
+def test_flags_are_validated_naming_the_flag(args: list[str], complaint: str) -> None:
+    result = _run(*args)
+    assert result.returncode == 2, result.stderr
+    assert complaint in result.stderr, result.stderr
+    assert "s3cret" not in result.stderr
+
+
+def test_settings_from_files_and_modules_name_what_is_wrong(tmp_path: Path) -> None:
+    missing = tmp_path / "nope"
+    result = _run("serve", "--port", "0", "--secret-file", str(missing))
+    assert result.returncode == 2
+    assert f"--secret-file {missing}: No such file or directory" in result.stderr
+    result = _run("serve", "--port", "0", "--engine", "no_such_module_here:make")
+    assert result.returncode == 2
+    assert "--engine 'no_such_module_here:make': cannot import" in result.stderr
+    for server in ("trio", "asgi-uvicorn", "asgi-hypercorn"):
+        result = _run(
+            "serve", "--server", server, "--tls-cert", str(missing), "--tls-key", str(missing)
+        )
+        assert result.returncode == 2
+        expected = f"--tls-cert {missing} / --tls-key {missing}: No such file or directory"
+        assert expected in result.stderr, result.stderr
+    result = _run("serve", "--port", "0", "--trusted-proxy", "not-an-address")
+    assert result.returncode == 2
+    assert "trusted_proxies: 'not-an-address' is no address or network" in result.stderr
+
+
+async def test_serve_with_engine_and_hook_from_modules_logs_json_without_third_party_noise(
+    tmp_path: Path,
+) -> None:
+    secret_file = tmp_path / "secret"
+    secret_file.write_text("s3cret\n")
+    command = [*MODULE, "serve", "--port", "0", "-v", "--log-format", "json"]
+    command += [
+        "--secret-file",
+        str(secret_file),
+        "--engine",
+        "examples.fastapi_app:SpellingEngine",
+        "--authenticate",
+        "examples.fastapi_app:authenticate",
+    ]
+    with trio.fail_after(LIMIT):
+        async with _serve_process(command) as served:
+            nobody = await WireClient.connect(served.url)
+            _, closed = await read_until_closed(nobody)  # the hook wants ?user=
+            await nobody.cut()
+            assert closed.code == 4401
+            client = await WireClient.connect(served.url + "?user=ada")
+            try:
+                await client.send_json({"type": "session.open", "secret": "s3cret"})
+                assert (await client.receive_json())["type"] == "session.created"
+                hello = await client.receive_json()  # the engine's own, with the identity
+                assert (hello["type"], hello["user"]) == ("hello", "ada")
+                await client.send_json({"type": "input", "client_event_id": "a", "text": "ok"})
+                letters = [await client.receive_json() for _ in range(3)]
+                assert [f.get("letter", f["type"]) for f in letters] == ["o", "k", "response.done"]
+                await client.send_json({"type": "session.close"})
+                await read_until_closed(client)
+            finally:
+                await client.cut()
+            served.process.send_signal(signal.SIGTERM)
+            assert await served.process.wait() == 0
+    log = bytes(served.log)
+    records = [json.loads(ln) for ln in log.decode().splitlines()]
+    # -v: ours at DEBUG, and not one line of wsproto, h11 or pykka.
+    assert {r["logger"] for r in records} == {"duplex_supervisor.supervisor"}, records
+    assert any(r["level"] == "DEBUG" and "opened" in r["message"] for r in records), records
+    assert any("SIGTERM" in r["message"] for r in records)
+    assert "s3cret" not in log.decode()
+
+
+def test_demo_on_uvicorn_reports_nothing_lost() -> None:
+    result = _run(
+        "demo", "--server", "asgi-uvicorn", "--duration", "3", "--json", "--clients", "6",
+        timeout=90,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    totals = json.loads(result.stdout)["totals"]
+    assert (totals["lost"], totals["duplicated"], totals["errors"]) == (0, 0, 0), totals
+    assert totals["sessions"] == 6 and totals["resumes"] > 0, totals
+
+
+async def test_chaos_speaks_wss_with_a_ca_file_and_reports_http_statuses(tmp_path: Path) -> None:
+    from tests.attack_support import make_certificate, server_process
+
+    cert, key = make_certificate(tmp_path)
+    with trio.fail_after(LIMIT):
+        async with server_process("--event-rate", "50", tls=(cert, key)) as server:
+            url = f"wss://127.0.0.1:{server.port}/v1"
+            command = [*MODULE, "chaos", url, "--ca-file", cert, "--json", "--clients", "3"]
+            command += ["--duration", "1.5", "--drop-rate", "2", "--seed", "3"]
+            result = await trio.run_process(
+                command, capture_stdout=True, capture_stderr=True, check=False, env=_env()
+            )
+            assert result.returncode == 0, result.stderr.decode()
+            report = json.loads(result.stdout)
+            assert report["ok"] is True and report["totals"]["resumes"] > 0, report
+            wrong = f"wss://127.0.0.1:{server.port}/elsewhere"
+            command = [*MODULE, "chaos", wrong, "--ca-file", cert, "--duration", "1"]
+            result = await trio.run_process(
+                command, capture_stdout=True, capture_stderr=True, check=False, env=_env()
+            )
+    assert result.returncode == 2
+    assert f"{wrong}: the server answered HTTP 404" in result.stderr.decode()

@@ -54,6 +54,9 @@ CONFIG = GatewayConfig(
     max_frame_bytes=MAX_FRAME,
     resume_failures_allowed=ALLOWED_FAILURES,
     resume_failure_window_s=600,
+    # Bad resumes of one session come from many addresses here: only the
+    # per-address throttle is under test.
+    session_resume_failures_allowed=1_000_000,
 )
 ENGINE = EngineConfig(event_rate_hz=20, deltas_per_answer=2)
 LIMIT = 5.0  # per example, real time

@@ -35,7 +35,7 @@ from tests.soak_support import (
     seqs,
 )
 
-CONFIG = GatewayConfig(port=0, resume_failures_allowed=3)
+CONFIG = GatewayConfig(port=0, resume_failures_allowed=3, session_resume_failures_allowed=1_000_000)
 ENGINE = EngineConfig(event_rate_hz=50)
 LIMIT = 10.0
 BAD = ("wrong_token", "stale_token", "neighbour", "unknown")

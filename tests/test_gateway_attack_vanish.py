@@ -85,9 +85,9 @@ POINTS = [
 
 @pytest.mark.parametrize("reset", [True, False], ids=["reset", "close"])
 async def test_clients_vanishing_at_every_point_leave_the_server_serving(reset: bool) -> None:
-    flags = ["--allowed-origin", "https://ok.example", "--secret", "s3cret"]
+    flags = ["--allowed-origin", "https://ok.example"]
     with trio.fail_after(LIMIT):
-        async with server_process(*flags, "--event-rate", "50") as server:
+        async with server_process(*flags, "--event-rate", "50", secret="s3cret") as server:
             server.origin, server.secret = "https://ok.example", "s3cret"
             neighbour, created = await server.open_session()
             assert created["type"] == "session.created"

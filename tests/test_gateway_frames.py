@@ -178,6 +178,10 @@ async def test_resume_past_expired_events_is_a_journal_gap_4410() -> None:
             assert first_retained > seqs(received)[-1] >= 1
             assert head >= first_retained - 1
             assert isinstance(gap["reason"], str) and gap["reason"]
+            # Counted by reason, for /metrics (duplex_resume_gaps_total{reason}).
+            assert harness.gateway.counters.gap_reasons == {gap["reason"]: 1}
+            metrics = harness.gateway.service.metrics.render().decode()
+            assert f'duplex_resume_gaps_total{{reason="{gap["reason"]}"}} 1.0' in metrics
             await neighbour.check_undisturbed()
 
 

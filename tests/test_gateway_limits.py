@@ -92,17 +92,39 @@ def test_the_log_limiter_writes_one_line_per_interval_and_a_summary(
     ], lines
 
 
+def test_a_summary_goes_out_at_the_level_of_the_lines_it_stands_for(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    logger = logging.getLogger("duplex_supervisor.test_limits")
+    limiter = LogLimiter(logger, interval_s=10)
+    with caplog.at_level(logging.INFO, logger=logger.name):
+        for n in range(3):
+            limiter.log(logging.INFO, "probe", "refused a resume %s", n, now=n)
+        limiter.flush(now=20)
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (logging.INFO, "refused a resume 0"),
+        (logging.INFO, "probe: 2 more lines like the last one, not logged"),
+    ]
+
+
 async def test_a_gateways_throttle_tables_stay_bounded() -> None:
-    config = GatewayConfig(port=0, resume_failures_allowed=1, throttle_max_addresses=5)
+    config = GatewayConfig(
+        port=0,
+        resume_failures_allowed=1,
+        throttle_max_addresses=5,
+        session_resume_failures_allowed=1_000,
+    )
     with trio.fail_after(LIMIT):
         async with running_gateway(config) as harness:
+            sid = (await harness.open()).session_id
             for n in range(12):
-                client = await harness.resume("sess_x", "t", 0, local_address=f"127.0.0.{n + 2}")
+                client = await harness.resume(sid, "t", 0, local_address=f"127.0.0.{n + 2}")
                 frames, closed = await read_until_closed(client)
-                assert closed.code == 4404, (frames, closed)
-            assert harness.gateway.throttled_addresses() == 5
+                assert closed.code == 4403, (frames, closed)
+            # Per address: 5 kept; per session: one (this session's).
+            assert harness.gateway.throttled_addresses() == 5 + 1
             # The newest addresses are still throttled; the oldest were forgotten.
-            client = await harness.resume("sess_x", "t", 0, local_address="127.0.0.13")
+            client = await harness.resume(sid, "t", 0, local_address="127.0.0.13")
             assert (await read_until_closed(client))[1].code == 4429
-            client = await harness.resume("sess_x", "t", 0, local_address="127.0.0.2")
-            assert (await read_until_closed(client))[1].code == 4404
+            client = await harness.resume(sid, "t", 0, local_address="127.0.0.2")
+            assert (await read_until_closed(client))[1].code == 4403

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 
 import pytest
 import trio
@@ -24,7 +25,8 @@ ATTACKER = "127.0.0.2"
 OWNER = "127.0.0.1"
 
 
-async def test_failed_resumes_throttle_that_address_only() -> None:
+async def test_failed_resumes_throttle_that_address_only(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="duplex_supervisor")
     config = GatewayConfig(port=0, resume_failures_allowed=3, resume_failure_window_s=60)
     with trio.fail_after(LIMIT):
         async with running_gateway(config) as harness:
@@ -48,11 +50,12 @@ async def test_failed_resumes_throttle_that_address_only() -> None:
             throttled = (["resume_throttled"], CLOSE_CODES["resume_throttled"])
             assert throttled[1] == 4429
             assert await attempt("guessed-token", ATTACKER) == throttled
-            # Even the right token: the check comes before the token is looked at...
-            assert await attempt(opened.token, ATTACKER) == throttled
 
-            # ...and it did not consume the token: the owner, from elsewhere, resumes.
-            client = await harness.resume(sid, opened.token, seqs(first)[-1], local_address=OWNER)
+            # The right token is never refused by the throttle (it is checked
+            # first: one SHA-256), even from the throttled address.
+            client = await harness.resume(
+                sid, opened.token, seqs(first)[-1], local_address=ATTACKER
+            )
             resumed = await client.receive_json()
             assert resumed["type"] == "session.resumed", resumed
             assert resumed["attachment_generation"] == 2
@@ -60,30 +63,55 @@ async def test_failed_resumes_throttle_that_address_only() -> None:
             assert seqs(more)[0] == seqs(first)[-1] + 1
             assert harness.gateway.counters.errors == {
                 "invalid_resume_token": 3,
-                "resume_throttled": 2,
+                "resume_throttled": 1,
             }
-            # The attacker stays throttled, token or not, while the window lasts.
-            assert await attempt(str(resumed["resume_token"]), ATTACKER) == throttled
+            # The attacker stays throttled for wrong tokens while the window lasts.
+            assert await attempt("guessed-again", ATTACKER) == throttled
             assert await harness.gateway.registry.has_attachment(sid)
+    # Refused resumes are logged with the client's address, never a token.
+    lines = [r.getMessage() for r in caplog.records]
+    assert f"refused a resume from {ATTACKER}: invalid_resume_token" in lines, lines
+    assert not any("guessed" in line or opened.token in line for line in lines), lines
 
 
-async def test_unknown_sessions_count_as_failed_resumes() -> None:
+async def test_failed_resumes_of_one_session_from_many_addresses_throttle_it() -> None:
+    config = GatewayConfig(port=0, session_resume_failures_allowed=2, resume_failures_allowed=100)
+    with trio.fail_after(LIMIT):
+        async with running_gateway(config) as harness:
+            opened = await harness.open()
+            await opened.client.cut()
+            await harness.wait_detached(opened.session_id)
+            codes = []
+            for n in range(3):
+                address = f"127.0.0.{n + 2}"
+                client = await harness.resume(opened.session_id, "bad", 0, local_address=address)
+                frames, closed = await read_until_closed(client)
+                codes.append((errors(frames), closed.code))
+            assert codes == [
+                (["invalid_resume_token"], 4403),
+                (["invalid_resume_token"], 4403),
+                (["resume_throttled"], 4429),
+            ]
+            # Another session is not touched, and the owner's token still works.
+            other = await harness.open()
+            assert other.generation == 1
+            client = await harness.resume(opened.session_id, opened.token, 0)
+            assert (await client.receive_json())["type"] == "session.resumed"
+
+
+async def test_unknown_sessions_are_not_failed_resumes() -> None:
+    # After a restart every client resumes a session the server no longer
+    # knows: that must not lock their address out.
     config = GatewayConfig(port=0, resume_failures_allowed=2)
     with trio.fail_after(LIMIT):
         async with running_gateway(config) as harness:
             codes = []
-            for n in range(3):
+            for n in range(4):
                 client = await harness.resume(f"sess_guess{n}", "t", 0, local_address=ATTACKER)
                 frames, closed = await read_until_closed(client)
                 codes.append((errors(frames), closed.code))
-            assert codes == [
-                (["unknown_session"], 4404),
-                (["unknown_session"], 4404),
-                (["resume_throttled"], 4429),
-            ]
-            # Opening a session is not a resume: it is never throttled.
-            opened = await harness.open()
-            assert opened.generation == 1
+            assert codes == [(["unknown_session"], 4404)] * 4
+            assert harness.gateway.throttled_addresses() == 0
 
 
 async def _silent(opened: Opened) -> None:

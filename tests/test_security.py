@@ -82,7 +82,12 @@ async def _detached(gw: Gateway, session_id: str) -> None:
 
 
 async def test_failed_resumes_throttle_their_address_only_and_never_the_owner() -> None:
-    config = GatewayConfig(port=0, resume_failures_allowed=3, resume_failure_window_s=60)
+    config = GatewayConfig(
+        port=0,
+        resume_failures_allowed=3,
+        resume_failure_window_s=60,
+        session_resume_failures_allowed=4,
+    )
     with trio.fail_after(20):
         async with serving(config, engine=ENGINE) as gw:
             owner, created = await open_session(gw.url, local_address=OWNER)
@@ -91,30 +96,31 @@ async def test_failed_resumes_throttle_their_address_only_and_never_the_owner() 
             seen = await _events(owner, 3)
             await owner.cut()
             await _detached(gw, str(sid))
-            # Three failures of any kind against any session use up the address...
+            # Three wrong tokens against any sessions use up the address
+            # (an unknown session is no failure: after a restart all are)...
             assert await _refused(gw, sid, "guess", ATTACKER) == ("invalid_resume_token", 4403)
             assert await _refused(gw, other_created["session_id"], "guess", ATTACKER) == (
                 "invalid_resume_token",
                 4403,
             )
             assert await _refused(gw, "sess_nobody", "guess", ATTACKER) == ("unknown_session", 4404)
-            # ...then it is refused before any token is looked at, the right one too.
+            assert await _refused(gw, sid, "guess", ATTACKER) == ("invalid_resume_token", 4403)
+            # ...then a wrong token from it is answered throttled...
             throttled = ("resume_throttled", 4429)
-            assert await _refused(gw, sid, token, ATTACKER) == throttled
-            assert await _refused(gw, "sess_nobody", "guess", ATTACKER) == throttled
-            # The owner's own typos throttle only the owner's address...
-            for _ in range(3):
-                assert await _refused(gw, sid, "typo", OWNER) == ("invalid_resume_token", 4403)
-            assert await _refused(gw, sid, token, OWNER) == throttled
-            # ...and from elsewhere the token, unconsumed by all that, still resumes.
-            client, resumed = await _resume(gw, sid, token, seqs(seen)[-1], ELSEWHERE)
+            assert await _refused(gw, sid, "guess", ATTACKER) == throttled
+            assert await _refused(gw, "sess_nobody", "guess", ATTACKER) == ("unknown_session", 4404)
+            # ...and the session's own failures (5 from anywhere) throttle it too...
+            assert await _refused(gw, sid, "typo", OWNER) == ("invalid_resume_token", 4403)
+            assert await _refused(gw, sid, "typo", ELSEWHERE) == throttled
+            # ...but the right token is never refused, from the attacker's address too.
+            client, resumed = await _resume(gw, sid, token, seqs(seen)[-1], ATTACKER)
             assert resumed["type"] == "session.resumed", resumed
             more = await _events(client, 3)
             assert contiguous(1, seqs(seen + more)), seqs(seen + more)
             assert gw.counters.errors == {
-                "invalid_resume_token": 5,
-                "unknown_session": 1,
-                "resume_throttled": 3,
+                "invalid_resume_token": 4,
+                "unknown_session": 2,
+                "resume_throttled": 2,
             }
             # The other session never noticed.
             assert contiguous(1, seqs(await _events(other, 5)))
@@ -126,11 +132,14 @@ async def test_the_throttle_forgets_failures_older_than_its_window() -> None:
     config = GatewayConfig(port=0, resume_failures_allowed=1, resume_failure_window_s=0.3)
     with trio.fail_after(20):
         async with serving(config, engine=ENGINE) as gw:
-            assert await _refused(gw, "sess_a", "t", ATTACKER) == ("unknown_session", 4404)
-            assert await _refused(gw, "sess_a", "t", ATTACKER) == ("resume_throttled", 4429)
+            client, created = await open_session(gw.url)
+            sid = str(created["session_id"])
+            await client.cut()
+            assert await _refused(gw, sid, "t", ATTACKER) == ("invalid_resume_token", 4403)
+            assert await _refused(gw, sid, "t", ATTACKER) == ("resume_throttled", 4429)
             await trio.sleep(0.4)
-            assert await _refused(gw, "sess_a", "t", ATTACKER) == ("unknown_session", 4404)
-            assert await _refused(gw, "sess_a", "t", ATTACKER) == ("resume_throttled", 4429)
+            assert await _refused(gw, sid, "t", ATTACKER) == ("invalid_resume_token", 4403)
+            assert await _refused(gw, sid, "t", ATTACKER) == ("resume_throttled", 4429)
 
 
 async def test_the_old_token_is_dead_after_a_resume_at_the_gateway() -> None:

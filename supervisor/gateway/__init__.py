@@ -1,8 +1,30 @@
-"""A WebSocket gateway in front of the trio registry, a demo engine and chaos clients."""
+"""The gateway: resumable sessions over WebSocket, as a server or an ASGI app.
+
+Three layers: a sans-I/O protocol core (:mod:`supervisor.gateway.core`), thin
+shells (the trio server :func:`serve_gateway`, the ASGI app :class:`GatewayApp`),
+and the engine and auth behind small protocols (:class:`Engine`,
+``authenticate``) that you implement.
+"""
 
 from __future__ import annotations
 
-from supervisor.gateway.engine import DemoEngine, EngineConfig
-from supervisor.gateway.server import Gateway, GatewayConfig, serve_gateway
+from supervisor.gateway.asgi import GatewayApp
+from supervisor.gateway.auth import Handshake, Unauthorized, bearer_secret
+from supervisor.gateway.config import GatewayConfig
+from supervisor.gateway.engine import DemoEngine, Engine, EngineConfig, EngineSession, SessionEnded
+from supervisor.gateway.server import Gateway, serve_gateway
 
-__all__ = ["DemoEngine", "EngineConfig", "Gateway", "GatewayConfig", "serve_gateway"]
+__all__ = [
+    "DemoEngine",
+    "Engine",
+    "EngineConfig",
+    "EngineSession",
+    "Gateway",
+    "GatewayApp",
+    "GatewayConfig",
+    "Handshake",
+    "SessionEnded",
+    "Unauthorized",
+    "bearer_secret",
+    "serve_gateway",
+]

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import trio
 
-from supervisor.gateway.wire_client import WireClient, WireClosedError
+from supervisor.gateway.wire_client import WireClient, WireClosedError, WireRejectedError
 
 __all__ = ["ChaosConfig", "ChaosReport", "ClientReport", "run_chaos"]
 
@@ -34,6 +34,8 @@ class ChaosConfig:
     ack_every: int = 10
     seed: int = 0
     secret: str | None = field(default=None, repr=False)
+    #: PEM certificates to trust for ``wss://`` (``None``: the system's).
+    ca_file: str | None = None
 
     def __post_init__(self) -> None:
         if self.clients < 1:
@@ -128,7 +130,7 @@ class _Client:
             self.report.error_codes[code] = self.report.error_codes.get(code, 0) + 1
 
     async def open(self) -> WireClient:
-        ws = await WireClient.connect(self.url)
+        ws = await WireClient.connect(self.url, ca_file=self.config.ca_file)
         await ws.send_json({"type": "session.open", "secret": self.config.secret})
         self.ws = ws
         created = await ws.receive_json()
@@ -141,7 +143,7 @@ class _Client:
         return ws
 
     async def resume(self) -> WireClient:
-        ws = self.ws = await WireClient.connect(self.url)
+        ws = self.ws = await WireClient.connect(self.url, ca_file=self.config.ca_file)
         await ws.send_json(
             {
                 "type": "session.resume",
@@ -190,6 +192,10 @@ class _Client:
             if self.report.sessions == 0:
                 raise  # no gateway there at all: the caller's error, not chaos
             self._count_failure("OSError")
+        except WireRejectedError as exc:
+            if self.report.sessions == 0:
+                raise  # the gateway refused the upgrade itself: say its HTTP status
+            self._count_failure(f"http_{exc.status}")
         except (WireClosedError, trio.BrokenResourceError, _RefusedError) as exc:
             if not isinstance(exc, _RefusedError):  # a refusal's error frame was counted
                 self._count_failure(type(exc).__name__)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field
 
 __all__ = ["GatewayConfig", "GatewayCounters"]
@@ -19,10 +20,13 @@ _POSITIVE = (
     "max_inputs_per_second",
     "resume_failures_allowed",
     "resume_failure_window_s",
+    "session_resume_failures_allowed",
+    "session_resume_failure_window_s",
     "secret_failures_allowed",
     "secret_failure_window_s",
     "throttle_max_addresses",
     "log_interval_s",
+    "max_inputs_per_session",
 )
 
 
@@ -58,6 +62,15 @@ class GatewayConfig:
     secret_failure_window_s: float = 60.0
     throttle_max_addresses: int = 10_000
     log_interval_s: float = 10.0
+    #: Failed resumes of one session (from anywhere) per window; a resume
+    #: with the right token is never refused by either throttle.
+    session_resume_failures_allowed: int = 5
+    session_resume_failure_window_s: float = 60.0
+    #: Proxies (addresses or networks) whose ``X-Forwarded-For`` is believed.
+    trusted_proxies: tuple[str, ...] = ()
+    #: Answers a session may have on their way, and distinct input ids it
+    #: answers in its life (each remembered so a repeat is never answered twice).
+    max_inputs_per_session: int = 100_000
 
     def __post_init__(self) -> None:
         if not self.path.startswith("/"):
@@ -66,6 +79,13 @@ class GatewayConfig:
             raise ValueError("max_frame_bytes must be at least 256")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("TLS needs both a certificate and a key")
+        for proxy in self.trusted_proxies:
+            try:
+                ipaddress.ip_network(proxy, strict=False)
+            except ValueError:
+                raise ValueError(f"trusted_proxies: {proxy!r} is no address or network") from None
+        if not 0 <= self.port <= 65_535:
+            raise ValueError(f"port must be within 0..65535, got {self.port}")
         for name in _POSITIVE:
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive")
@@ -80,6 +100,10 @@ class GatewayCounters:
     #: Resumes rolled back because the connection ended before the client spoke.
     unconfirmed_resumes: int = 0
     errors: dict[str, int] = field(default_factory=dict)
+    #: Resumes by outcome: ``resumed`` or the error code that refused them.
+    resume_outcomes: dict[str, int] = field(default_factory=dict)
+    #: Resumes refused ``journal_gap``, by what dropped the first missing event.
+    gap_reasons: dict[str, int] = field(default_factory=dict)
     #: Connections refused before the upgrade, by the cap they hit
     #: (``total``, ``address``); ``descriptors``: shed for want of descriptors.
     refused: dict[str, int] = field(default_factory=dict)

@@ -1,54 +1,110 @@
-"""A demo engine: what a realtime engine does to a session, minus the model.
+"""The engine behind the gateway: the :class:`Engine` protocol and a demo engine.
 
-Per session a producer task streams ``response.output_text.delta`` events at
-a set rate while the session lives, attached or not (a detached session's
-events are journaled and replayed: that is the point), and each ``input`` is
-answered with a few deltas and a ``response.done``, once per
-``client_event_id``. Everything goes through the registry, as a real engine
-would send it.
+An engine is what streams events into sessions: a model, a tool runner, a
+game. The gateway owns everything else (sessions, tokens, replay, dedupe,
+throttles); an engine implements three methods::
 
-Only the session's end stops its work (closed, expired, failed, an overflowed
-journal, the registry shut down). A send that fails or times out is the
-transport's trouble: the event is journaled, the attachment given up by the
-registry, and a resume replays it; the stream and the answers go on.
+    class Engine(Protocol):
+        async def start(self, session: EngineSession) -> None: ...  # the session's life
+        async def answer(self, session: EngineSession, client_event_id: str, text: str) -> None: ...
+        def stop(self, session_id: str) -> None: ...  # the session ended for good
 
-Dedupe is exact for the session's lifetime: every answered id is remembered
-(as a 16-byte digest) until the session ends, so a repeat is never answered
-twice. The bound is stated: past ``max_inputs_per_session`` distinct ids a new
-id is refused (``input_limit``), never answered.
+``start`` runs in its own task from ``session.open`` until the session ends
+(then it is cancelled; returning early is fine). ``answer`` runs in its own
+task once per new input id (the gateway dedupes, caps inputs in flight and
+for the session's life). ``session.send(payload)`` journals an event and
+puts it on the client's wire if one is attached; it raises
+:class:`SessionEnded` once the session is over, which ends the calling task
+quietly. A client that is slow or gone is the gateway's trouble, not the
+engine's: the event is journaled and replayed on resume.
+
+Engines run on the serving loop (trio, or asyncio under uvicorn): write them
+with ``anyio`` (or for the one loop you serve on).
+
+:class:`DemoEngine` streams ``response.output_text.delta`` events at a set
+rate and answers each input with a few deltas and a ``response.done``.
 """
 
 from __future__ import annotations
 
-import hashlib
-import itertools
-import logging
+import importlib
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Protocol, runtime_checkable
 
-import trio
+import anyio
 
-from actors.errors import (
-    JournalOverflowError,
-    RegistryClosedError,
-    SessionCrashedError,
-    SessionFailedError,
-)
-from supervisor.async_door import AsyncSessionRegistry
-
-__all__ = ["Answer", "DemoEngine", "EngineConfig"]
-
-logger = logging.getLogger("duplex_supervisor.supervisor")
+__all__ = [
+    "DemoEngine",
+    "Engine",
+    "EngineConfig",
+    "EngineSession",
+    "SessionEnded",
+    "load_callable",
+    "load_engine_factory",
+]
 
 _WORDS = ("the", "quick", "resumable", "stream", "never", "drops", "an", "event", "again")
 
-#: What :meth:`DemoEngine.answer` did with an input.
-Answer = Literal["answered", "duplicate", "busy", "input_limit", "gone"]
 
-#: Errors of ``send_event`` that mean the session is over for good.
-_SESSION_ENDED = (KeyError, SessionFailedError, RegistryClosedError)
+class SessionEnded(Exception):  # noqa: N818 - a signal to the engine's task, not a failure
+    """The session is over (closed, expired, failed, overflowed): stop working on it."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineSession:
+    """What an engine sees of one session: its id, the client's identity, ``send``."""
+
+    session_id: str
+    #: What the gateway's ``authenticate`` hook returned for the client (``None``: none).
+    identity: object
+    _send: Callable[[Mapping[str, object]], Awaitable[None]] = field(repr=False)
+
+    async def send(self, payload: Mapping[str, object]) -> None:
+        """Journal ``payload`` as the session's next event and deliver it if attached.
+
+        A payload is a mapping of JSON values (the registry is strict). Raises
+        :class:`SessionEnded` once the session is over.
+        """
+        await self._send(payload)
+
+
+@runtime_checkable
+class Engine(Protocol):
+    async def start(self, session: EngineSession) -> None: ...
+    async def answer(self, session: EngineSession, client_event_id: str, text: str) -> None: ...
+    def stop(self, session_id: str) -> None: ...
+
+
+#: What ``serve --engine module:factory`` names: called with no arguments.
+EngineFactory = Callable[[], Engine]
+
+
+def load_callable(spec: str, flag: str) -> Callable[..., object]:
+    """``"package.module:name"`` -> that callable; :class:`ValueError` naming ``flag``
+    and what is wrong."""
+    module_name, sep, attribute = spec.partition(":")
+    if not sep or not module_name or not attribute:
+        raise ValueError(f"{flag} {spec!r}: expected module:name")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"{flag} {spec!r}: cannot import {module_name!r}: {exc}") from None
+    target: object = module
+    for part in attribute.split("."):
+        if not hasattr(target, part):
+            raise ValueError(f"{flag} {spec!r}: {module_name!r} has no {attribute!r}")
+        target = getattr(target, part)
+    if not callable(target):
+        raise ValueError(f"{flag} {spec!r}: {attribute!r} is not callable")
+    return target
+
+
+def load_engine_factory(spec: str) -> EngineFactory:
+    """``"package.module:factory"`` for ``serve --engine``."""
+    factory: EngineFactory = load_callable(spec, "--engine")  # type: ignore[assignment]
+    return factory
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -58,158 +114,61 @@ class EngineConfig:
     event_rate_hz: float = 20.0
     delta_chars: int = 24
     deltas_per_answer: int = 3
-    #: Distinct input ids a session answers in its lifetime; past it, ``input_limit``.
-    max_inputs_per_session: int = 100_000
 
     def __post_init__(self) -> None:
         if not self.event_rate_hz >= 0:
             raise ValueError("event_rate_hz must be >= 0 (0: answer inputs only)")
         if self.delta_chars < 1 or self.deltas_per_answer < 1:
             raise ValueError("delta_chars and deltas_per_answer must be >= 1")
-        if self.max_inputs_per_session < 1:
-            raise ValueError("max_inputs_per_session must be >= 1")
-
-
-@dataclass(slots=True)
-class _EngineSession:
-    scope: trio.CancelScope
-    answered: set[bytes] = field(default_factory=set)
-    in_flight: int = 0
-    responses: itertools.count[int] = field(default_factory=itertools.count)
-
-
-def _digest(client_event_id: str) -> bytes:
-    return hashlib.blake2b(client_event_id.encode("utf-8"), digest_size=16).digest()
 
 
 class DemoEngine:
-    """Streams events into sessions of ``registry``; runs its tasks in ``nursery``."""
+    """An :class:`Engine`: what a realtime engine does to a session, minus the model."""
 
-    def __init__(
-        self,
-        registry: AsyncSessionRegistry,
-        nursery: trio.Nursery,
-        config: EngineConfig | None = None,
-        *,
-        on_overflow: Callable[[str], None] | None = None,
-        seed: int | None = None,
-    ) -> None:
-        self._registry = registry
-        self._nursery = nursery
-        self._config = config or EngineConfig()
-        self._on_overflow = on_overflow
+    def __init__(self, config: EngineConfig | None = None, *, seed: int | None = None) -> None:
+        self.config = config or EngineConfig()
         self._random = random.Random(seed)  # noqa: S311 - demo text, not secrets
-        self._sessions: dict[str, _EngineSession] = {}
+        self._responses: dict[str, int] = {}
         self.events_produced = 0
-
-    def __contains__(self, session_id: str) -> bool:
-        return session_id in self._sessions
-
-    def start(self, session_id: str) -> None:
-        scope = trio.CancelScope()
-        self._sessions[session_id] = _EngineSession(scope=scope)
-        if self._config.event_rate_hz > 0:
-            self._nursery.start_soon(self._produce, session_id, scope)
-
-    def stop(self, session_id: str) -> None:
-        session = self._sessions.pop(session_id, None)
-        if session is not None:
-            session.scope.cancel()
-
-    def is_duplicate(self, session_id: str, client_event_id: str) -> bool:
-        session = self._sessions.get(session_id)
-        return session is not None and _digest(client_event_id) in session.answered
-
-    def in_flight(self, session_id: str) -> int:
-        session = self._sessions.get(session_id)
-        return 0 if session is None else session.in_flight
-
-    def answer(
-        self, session_id: str, client_event_id: str, text: str, *, max_in_flight: int | None = None
-    ) -> Answer:
-        """Answer an input once per id for the session's lifetime.
-
-        ``"duplicate"``: answered before, nothing sent; ``"busy"``: ``max_in_flight``
-        answers are still being sent; ``"input_limit"``: the session answered
-        its maximum of ids; ``"gone"``: no such session. Only ``"answered"``
-        remembers the id: a refused input may be sent again.
-        """
-        session = self._sessions.get(session_id)
-        if session is None:
-            return "gone"
-        digest = _digest(client_event_id)
-        if digest in session.answered:
-            return "duplicate"
-        if len(session.answered) >= self._config.max_inputs_per_session:
-            return "input_limit"
-        if max_in_flight is not None and session.in_flight >= max_in_flight:
-            return "busy"
-        session.answered.add(digest)
-        session.in_flight += 1
-        response_id = f"resp_{next(session.responses)}"
-        self._nursery.start_soon(
-            self._respond, session, session_id, response_id, client_event_id, text
-        )
-        return "answered"
 
     def _delta(self) -> str:
         words: list[str] = []
-        while sum(len(w) + 1 for w in words) < self._config.delta_chars:
+        while sum(len(w) + 1 for w in words) < self.config.delta_chars:
             words.append(self._random.choice(_WORDS))
-        return " ".join(words)[: self._config.delta_chars]
+        return " ".join(words)[: self.config.delta_chars]
 
-    async def _send(self, session_id: str, payload: Mapping[str, object]) -> bool:
-        try:
-            await self._registry.send_event(session_id, payload)
-        except SessionCrashedError:
-            # Retryable and traceless: the crashed event was never journaled.
-            return await self._send(session_id, payload)
-        except JournalOverflowError:
-            logger.warning("session %s overflowed its journal; the engine stops", session_id)
-            self.stop(session_id)
-            if self._on_overflow is not None:
-                self._on_overflow(session_id)
-            return False
-        except _SESSION_ENDED:
-            self.stop(session_id)
-            return False
-        except Exception:  # noqa: BLE001 - the transport's (a send timeout too): it is journaled
-            return True
+    async def _send(self, session: EngineSession, payload: Mapping[str, object]) -> None:
+        await session.send(payload)
         self.events_produced += 1
-        return True
 
-    async def _produce(self, session_id: str, scope: trio.CancelScope) -> None:
-        with scope:
-            period = 1 / self._config.event_rate_hz
-            while True:
-                await trio.sleep(period)
-                event = {"type": "response.output_text.delta", "delta": self._delta()}
-                if not await self._send(session_id, event):
-                    return
+    async def start(self, session: EngineSession) -> None:
+        if self.config.event_rate_hz <= 0:
+            return
+        period = 1 / self.config.event_rate_hz
+        while True:
+            await anyio.sleep(period)
+            await self._send(
+                session, {"type": "response.output_text.delta", "delta": self._delta()}
+            )
 
-    async def _respond(
-        self,
-        session: _EngineSession,
-        session_id: str,
-        response_id: str,
-        client_event_id: str,
-        text: str,
-    ) -> None:
-        try:
-            for _ in range(self._config.deltas_per_answer):
-                delta = {
-                    "type": "response.output_text.delta",
-                    "response_id": response_id,
-                    "delta": self._delta(),
-                }
-                if not await self._send(session_id, delta):
-                    return
-            done = {
-                "type": "response.done",
+    async def answer(self, session: EngineSession, client_event_id: str, text: str) -> None:
+        number = self._responses.get(session.session_id, 0)
+        self._responses[session.session_id] = number + 1
+        response_id = f"resp_{number}"
+        for _ in range(self.config.deltas_per_answer):
+            delta = {
+                "type": "response.output_text.delta",
                 "response_id": response_id,
-                "client_event_id": client_event_id,
-                "input_chars": len(text),
+                "delta": self._delta(),
             }
-            await self._send(session_id, done)
-        finally:
-            session.in_flight -= 1
+            await self._send(session, delta)
+        done = {
+            "type": "response.done",
+            "response_id": response_id,
+            "client_event_id": client_event_id,
+            "input_chars": len(text),
+        }
+        await self._send(session, done)
+
+    def stop(self, session_id: str) -> None:
+        self._responses.pop(session_id, None)

@@ -120,6 +120,8 @@ class InputRate:
 @dataclass(slots=True)
 class _Line:
     last_logged: float
+    #: The summary of held-back lines goes out at their own level.
+    level: int = logging.WARNING
     suppressed: int = 0
 
 
@@ -148,7 +150,7 @@ class LogLimiter:
             line.suppressed += 1
             return False
         suppressed = line.suppressed if line is not None else 0
-        self._lines[kind] = _Line(last_logged=now)
+        self._lines[kind] = _Line(last_logged=now, level=level)
         if suppressed:
             message += " (and %d more like it in the last %.0f s, not logged)"
             args = (*args, suppressed, self.interval_s)
@@ -159,9 +161,12 @@ class LogLimiter:
         """One summary line per kind whose lines were held back; forget quiet kinds."""
         for kind, line in list(self._lines.items()):
             if line.suppressed:
-                self.logger.warning(
-                    "%s: %d more lines like the last one, not logged", kind, line.suppressed
+                self.logger.log(
+                    line.level,
+                    "%s: %d more lines like the last one, not logged",
+                    kind,
+                    line.suppressed,
                 )
-                self._lines[kind] = _Line(last_logged=now)
+                self._lines[kind] = _Line(last_logged=now, level=line.level)
             elif now - line.last_logged >= self.interval_s:
                 del self._lines[kind]

@@ -80,10 +80,13 @@ async def accept_forever(
     *,
     log: LogLimiter,
     plain_http: bool,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Accept on ``listener`` until cancelled; ``handler(sock, address)`` per connection.
-    Closes ``listener`` at the end."""
+    Closes ``listener`` at the end. Started (``nursery.start``) once its reserve
+    descriptor is held, so a server that says it listens holds all it holds at rest."""
     reserve = _reserve()
+    task_status.started()
     try:
         while True:
             try:

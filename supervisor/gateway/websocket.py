@@ -21,6 +21,7 @@ import base64
 import contextlib
 import hashlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import NoReturn
@@ -36,6 +37,8 @@ from wsproto.events import (
     TextMessage,
 )
 from wsproto.utilities import LocalProtocolError
+
+from supervisor.gateway.core import TransportClosedError
 
 __all__ = [
     "ServerWebSocket",
@@ -56,7 +59,7 @@ MESSAGE_TOO_BIG = 1009
 MAX_REQUEST_BYTES = 16_384
 
 
-class WebSocketClosedError(Exception):
+class WebSocketClosedError(TransportClosedError):
     """The connection is closed: ``code`` and ``reason`` of the close, if any."""
 
     def __init__(self, code: int | None, reason: str | None) -> None:
@@ -90,7 +93,11 @@ async def _send_all(stream: trio.abc.Stream, data: bytes) -> None:
         raise WebSocketClosedError(ABNORMAL, "peer gone") from exc
 
 
-async def read_upgrade(stream: trio.abc.Stream) -> Upgrade:
+#: A plain GET's answer: status, content type, body; ``None``: no such route.
+Route = Callable[[str], "tuple[int, str, bytes] | None"]
+
+
+async def read_upgrade(stream: trio.abc.Stream, routes: Route | None = None) -> Upgrade:
     """Read one HTTP request; answer and raise :class:`UpgradeRefusedError` if it is
     no WebSocket upgrade, :class:`WebSocketClosedError` if the peer leaves first.
     The caller bounds the time (a TLS handshake happens inside, on first read).
@@ -113,7 +120,7 @@ async def read_upgrade(stream: trio.abc.Stream) -> Upgrade:
             http.receive_data(bytes(data))
         elif isinstance(event, h11.Request):
             request = event
-            await _check_request(stream, http, request)
+            await _check_request(stream, http, request, routes)
         elif event is h11.PAUSED:
             # An upgrade request fully read: what follows is WebSocket frames.
             assert request is not None  # noqa: S101 - h11 pauses only after a request
@@ -129,9 +136,18 @@ async def read_upgrade(stream: trio.abc.Stream) -> Upgrade:
         # Data / EndOfMessage of a request body: skipped; h11 pauses after it.
 
 
-async def _check_request(stream: trio.abc.Stream, http: h11.Connection, req: h11.Request) -> None:
+async def _check_request(
+    stream: trio.abc.Stream, http: h11.Connection, req: h11.Request, routes: Route | None
+) -> None:
     headers = {name.lower(): value for name, value in req.headers}
     connection = {t.strip().lower() for t in headers.get(b"connection", b"").split(b",")}
+    upgrading = headers.get(b"upgrade", b"").lower() == b"websocket"
+    if req.method == b"GET" and not upgrading and routes is not None:
+        answer = routes(req.target.decode("latin-1").split("?", 1)[0])
+        if answer is not None:
+            status, content_type, body = answer
+            await _answer(stream, http, status, content_type, body)
+            raise UpgradeRefusedError(status, "a plain HTTP request, answered")
     if req.method != b"GET":
         await _refuse(stream, http, 405, "the upgrade must be a GET")
     if headers.get(b"upgrade", b"").lower() != b"websocket" or b"upgrade" not in connection:
@@ -145,6 +161,28 @@ async def _check_request(stream: trio.abc.Stream, http: h11.Connection, req: h11
 async def _refuse(stream: trio.abc.Stream, http: h11.Connection, status: int, why: str) -> NoReturn:
     await reject(stream, http, status)
     raise UpgradeRefusedError(status, why)
+
+
+async def _answer(
+    stream: trio.abc.Stream, http: h11.Connection, status: int, content_type: str, body: bytes
+) -> None:
+    try:
+        data = http.send(
+            h11.Response(
+                status_code=status,
+                reason=HTTPStatus(status).phrase.encode(),
+                headers=[
+                    (b"Content-Type", content_type.encode()),
+                    (b"Content-Length", str(len(body)).encode()),
+                    (b"Connection", b"close"),
+                ],
+            )
+        )
+        data = (data or b"") + (http.send(h11.Data(data=body)) or b"")
+        data += http.send(h11.EndOfMessage()) or b""
+    except h11.LocalProtocolError:
+        return
+    await _send_all(stream, data)
 
 
 async def reject(stream: trio.abc.Stream, http: h11.Connection, status: int) -> None:
@@ -335,6 +373,17 @@ class ServerWebSocket:
         if self.closed is not None:
             raise self.closed
         await self._send_event(TextMessage(data=message))
+
+    # -- the gateway's Transport -------------------------------------------------------
+
+    async def receive(self) -> str | bytes:
+        return await self.get_message()
+
+    async def send(self, text: str) -> None:
+        await self.send_message(text)
+
+    async def close(self, code: int, reason: str | None) -> None:
+        await self.aclose(code, reason)
 
     async def get_message(self) -> str | bytes:
         try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import ssl
 from collections import deque
 from urllib.parse import urlsplit
 
@@ -24,7 +25,7 @@ from wsproto.events import (
     TextMessage,
 )
 
-__all__ = ["WireClient", "WireClosedError"]
+__all__ = ["WireClient", "WireClosedError", "WireRejectedError"]
 
 
 class WireClosedError(Exception):
@@ -36,10 +37,21 @@ class WireClosedError(Exception):
         self.reason = reason
 
 
+class WireRejectedError(WireClosedError):
+    """The server answered the upgrade with an HTTP status, not 101."""
+
+    def __init__(self, url: str, status: int) -> None:
+        super().__init__(status, f"{url}: the server answered HTTP {status}, not a WebSocket")
+        self.status = status
+
+    def __str__(self) -> str:
+        return self.reason or ""
+
+
 class WireClient:
     """One connection. Use :meth:`connect`; then send/receive; then close or cut."""
 
-    def __init__(self, stream: trio.SocketStream, ws: WSConnection, *, answer_pings: bool) -> None:
+    def __init__(self, stream: trio.abc.Stream, ws: WSConnection, *, answer_pings: bool) -> None:
         self._stream = stream
         self._ws = ws
         self._answer_pings = answer_pings
@@ -49,30 +61,45 @@ class WireClient:
 
     @classmethod
     async def connect(
-        cls, url: str, *, answer_pings: bool = True, local_address: str | None = None
+        cls,
+        url: str,
+        *,
+        answer_pings: bool = True,
+        local_address: str | None = None,
+        ca_file: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> WireClient:
         """Connect and complete the handshake. ``local_address``: the source
-        address to connect from (e.g. another loopback address, 127.0.0.2)."""
+        address to connect from (e.g. another loopback address, 127.0.0.2).
+        ``wss://`` verifies the server against ``ca_file`` (or the system's CAs)."""
         parts = urlsplit(url)
-        if parts.scheme != "ws" or parts.hostname is None or parts.port is None:
-            raise ValueError(f"need a ws://host:port/path URL, got {url!r}")
-        stream = await trio.open_tcp_stream(parts.hostname, parts.port, local_address=local_address)
+        if parts.scheme not in ("ws", "wss") or parts.hostname is None or parts.port is None:
+            raise ValueError(f"need a ws:// or wss://host:port/path URL, got {url!r}")
+        stream: trio.abc.Stream = await trio.open_tcp_stream(
+            parts.hostname, parts.port, local_address=local_address
+        )
+        if parts.scheme == "wss":
+            context = ssl.create_default_context(cafile=ca_file)
+            stream = trio.SSLStream(stream, context, server_hostname=parts.hostname)
         ws = WSConnection(ConnectionType.CLIENT)
         client = cls(stream, ws, answer_pings=answer_pings)
         try:
-            await stream.send_all(ws.send(Request(host=parts.netloc, target=parts.path or "/")))
+            target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+            extra = [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
+            request = Request(host=parts.netloc, target=target, extra_headers=extra)
+            await stream.send_all(ws.send(request))
             while True:
                 data = await stream.receive_some(65_536)
                 if not data:
                     raise WireClosedError(None, "no handshake answer")
-                ws.receive_data(data)
+                ws.receive_data(bytes(data))
                 for event in ws.events():
                     if isinstance(event, AcceptConnection):
                         return client
                     if isinstance(event, RejectConnection):
-                        raise WireClosedError(event.status_code, "handshake rejected")
+                        raise WireRejectedError(url, event.status_code)
         except BaseException:
-            await stream.aclose()
+            await trio.aclose_forcefully(stream)
             raise
 
     async def send_json(self, frame: dict[str, object]) -> None:
@@ -93,7 +120,7 @@ class WireClient:
             if not data:
                 self.closed = WireClosedError(None, "stream ended")
                 raise self.closed
-            self._ws.receive_data(data)
+            self._ws.receive_data(bytes(data))
             await self._handle_events()
         return self._inbox.popleft()
 
@@ -122,7 +149,7 @@ class WireClient:
 
     async def cut(self) -> None:
         """Drop the TCP connection with no close handshake, as a network would."""
-        await self._stream.aclose()
+        await trio.aclose_forcefully(self._stream)
 
     async def close(self, code: int = 1000) -> None:
         """A polite close: send a close frame, then drop the stream."""
