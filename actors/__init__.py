@@ -32,6 +32,10 @@ from actors.errors import (
     SessionCrashedError,
     SessionError,
     SessionFailedError,
+    SessionReplacedError,
+    StoreError,
+    StoreUnavailableError,
+    TokenConflictError,
     UnknownSessionError,
 )
 from actors.journal import EventJournal, JournalEntry
@@ -47,8 +51,10 @@ from actors.messages import (
     SessionCreated,
     TransportAttachment,
 )
+from actors.store import SessionRecord, SessionStore, StoredEvent, StoredSession
 
 logging.getLogger("duplex_supervisor.actors").addHandler(logging.NullHandler())
+
 
 __all__ = [
     "ActivationAbortedError",
@@ -79,6 +85,14 @@ __all__ = [
     "SessionCreated",
     "SessionError",
     "SessionFailedError",
+    "SessionRecord",
+    "SessionReplacedError",
+    "SessionStore",
+    "StoreError",
+    "StoreUnavailableError",
+    "StoredEvent",
+    "StoredSession",
+    "TokenConflictError",
     "TransportAttachment",
     "UnknownSessionError",
 ]

@@ -34,6 +34,10 @@ from actors.errors import (
     SessionCrashedError,
     SessionError,
     SessionFailedError,
+    SessionReplacedError,
+    StoreError,
+    StoreUnavailableError,
+    TokenConflictError,
     UnknownSessionError,
 )
 from actors.journal import JournalEntry
@@ -44,11 +48,13 @@ from actors.messages import (
     SessionCreated,
     TransportAttachment,
 )
+from actors.store import SessionStore
 from supervisor.actor import RegistryStats
 from supervisor.async_door import AsyncSessionRegistry
 from supervisor.asyncio_registry import AsyncioSessionRegistry
 from supervisor.asyncio_registry import open_session_registry as open_asyncio_registry
 from supervisor.faults import FaultPlan, InjectedFaultError
+from supervisor.memory_store import MemoryStore
 from supervisor.options import RegistryOptions
 from supervisor.policy import RestartPolicy
 from supervisor.threads import BlockingClose, BlockingSend, ThreadSessionRegistry
@@ -75,6 +81,7 @@ __all__ = [
     "JournalGapError",
     "JournalOverflowError",
     "LifecycleEvent",
+    "MemoryStore",
     "RegistryClosedError",
     "RegistryOptions",
     "RegistryStats",
@@ -86,7 +93,12 @@ __all__ = [
     "SessionCreated",
     "SessionError",
     "SessionFailedError",
+    "SessionReplacedError",
+    "SessionStore",
+    "StoreError",
+    "StoreUnavailableError",
     "ThreadSessionRegistry",
+    "TokenConflictError",
     "TransportAttachment",
     "TrioSessionRegistry",
     "UnknownSessionError",

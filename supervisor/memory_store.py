@@ -49,6 +49,7 @@ class MemoryStore:
         self._sessions: dict[str, _Entry] = {}
 
     def create(self, session_id: str, record: SessionRecord) -> int:
+        """Store a new session at epoch 1 (:class:`DuplicateSessionError` if held)."""
         with self._lock:
             if session_id in self._sessions:
                 raise DuplicateSessionError(session_id)
@@ -64,6 +65,7 @@ class MemoryStore:
         return entry
 
     def commit(self, commit: Commit) -> None:
+        """Apply ``commit`` whole or refuse it (see :class:`~actors.store.SessionStore`)."""
         with self._lock:
             entry = self._owned(commit.session_id, commit.epoch)
             expect = commit.expect_token_digest
@@ -84,6 +86,7 @@ class MemoryStore:
             entry.lease_until = self._clock() + self.lease_s
 
     def load(self, session_id: str) -> StoredSession | None:
+        """The session as stored, without taking it."""
         with self._lock:
             return self._read(session_id)
 
@@ -99,6 +102,7 @@ class MemoryStore:
         )
 
     def acquire(self, session_id: str, expect_token_digest: bytes) -> StoredSession | None:
+        """Take the session over at the next epoch if its digest is still this one."""
         with self._lock:
             entry = self._sessions.get(session_id)
             if entry is None or entry.record.token_digest != expect_token_digest:
@@ -108,6 +112,7 @@ class MemoryStore:
             return self._read(session_id)
 
     def renew(self, session_id: str, epoch: int) -> bool:
+        """Extend ``epoch``'s lease; ``False`` once another epoch owns it or it ran out."""
         with self._lock:
             try:
                 entry = self._owned(session_id, epoch)
@@ -117,6 +122,7 @@ class MemoryStore:
             return True
 
     def delete(self, session_id: str, epoch: int) -> None:
+        """Remove the session if ``epoch`` still owns it."""
         with self._lock:
             entry = self._sessions.get(session_id)
             if entry is not None and entry.epoch == epoch:
