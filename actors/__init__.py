@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import logging
 
-from actors.credential import ResumeCredential, ResumeToken
-from actors.errors import (
+from actors._credential import ResumeCredential, ResumeToken
+from actors._errors import (
     ActivationAbortedError,
     DuplicateSessionError,
     GapReason,
@@ -38,8 +38,8 @@ from actors.errors import (
     TokenConflictError,
     UnknownSessionError,
 )
-from actors.journal import EventJournal, JournalEntry
-from actors.messages import (
+from actors._journal import EventJournal, JournalEntry
+from actors._messages import (
     ActivationPayloadFactory,
     CloseCallable,
     DetachedAttachment,
@@ -51,7 +51,7 @@ from actors.messages import (
     SessionCreated,
     TransportAttachment,
 )
-from actors.store import SessionRecord, SessionStore, StoredEvent, StoredSession
+from actors._store import SessionRecord, SessionStore, StoredEvent, StoredSession
 
 logging.getLogger("duplex_supervisor.actors").addHandler(logging.NullHandler())
 

@@ -11,17 +11,17 @@ from typing import Any
 
 import trio
 
-from actors.credential import ResumeToken
-from actors.errors import SessionCrashedError
-from actors.journal import EventJournal
-from actors.messages import ResumeResult
+from actors._credential import ResumeToken
+from actors._errors import SessionCrashedError
+from actors._journal import EventJournal
+from actors._messages import ResumeResult
 from benchmarks.common import BIG, Result, Size, noop_close, noop_send, pct, registry
 from benchmarks.references import LockRegistry
-from supervisor.faults import FaultPlan
-from supervisor.gateway.engine import EngineConfig
-from supervisor.gateway.server import GatewayConfig, serve_gateway
-from supervisor.gateway.wire_client import WireClient, WireClosedError
-from supervisor.policy import RestartPolicy
+from supervisor._faults import FaultPlan
+from supervisor._policy import RestartPolicy
+from supervisor.gateway._engine import EngineConfig
+from supervisor.gateway._server import GatewayConfig, serve_gateway
+from supervisor.gateway._wire_client import WireClient, WireClosedError
 
 __all__ = ["gateway", "many_sessions", "many_sessions_parked", "restart", "resume_replay"]
 

@@ -25,10 +25,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from actors.store import SessionStore
-from supervisor.memory_store import MemoryStore
+from actors._store import SessionStore
+from supervisor._memory_store import MemoryStore
+from supervisor._threads import ThreadSessionRegistry
 from supervisor.redis_store import RedisStore
-from supervisor.threads import ThreadSessionRegistry
 
 EVENTS = 2000
 RESUMES = 20

@@ -4,7 +4,7 @@
   and back (``queue.SimpleQueue`` + ``TrioToken.run_sync_soon``), no work.
   Any actor design on CPython pays at least this per awaited call.
 * :class:`LockRegistry`: the seed's algorithm on trio, a lock per session
-  around journal + send, with our :class:`~actors.journal.EventJournal` so
+  around journal + send, with our :class:`~actors._journal.EventJournal` so
   both sides do the same journaling. It implements only what the scenarios
   measure and lives here, not in the library.
 """
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import trio
 
-from actors.credential import ResumeCredential, ResumeToken
-from actors.journal import EventJournal, JournalEntry
+from actors._credential import ResumeCredential, ResumeToken
+from actors._journal import EventJournal, JournalEntry
 
 __all__ = ["LockRegistry", "floor_round_trips"]
 

@@ -2,7 +2,7 @@
 
 Per session two keys, with one hash tag so a cluster keeps them on one slot:
 
-* ``<prefix>{<id>}:f``, a hash: the :class:`~actors.store.SessionRecord`
+* ``<prefix>{<id>}:f``, a hash: the :class:`~actors._store.SessionRecord`
   fields, plus ``epoch`` (the fencing counter) and ``lease_until`` (the
   owner's lease, in the Redis server's milliseconds);
 * ``<prefix>{<id>}:e``, a stream: one entry per retained journal event, with
@@ -32,14 +32,14 @@ from typing import Any, cast
 import redis
 import redis.exceptions
 
-from actors.errors import (
+from actors._errors import (
     DuplicateSessionError,
     GapReason,
     SessionReplacedError,
     StoreUnavailableError,
     TokenConflictError,
 )
-from actors.store import DEFAULT_LEASE_S, Commit, SessionRecord, StoredEvent, StoredSession
+from actors._store import DEFAULT_LEASE_S, Commit, SessionRecord, StoredEvent, StoredSession
 
 __all__ = ["DEFAULT_KEY_TTL_S", "RedisStore"]
 
@@ -183,7 +183,7 @@ def _events(raw: list[tuple[bytes, dict[bytes, bytes]]]) -> tuple[StoredEvent, .
 
 
 class RedisStore:
-    """A :class:`~actors.store.SessionStore` on one Redis (see the module).
+    """A :class:`~actors._store.SessionStore` on one Redis (see the module).
 
     ``url`` is a redis-py URL (``redis://host:port/db``); it may hold a
     password, so errors name only the host and port.

@@ -7,11 +7,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from actors.messages import LifecycleEvent
-from supervisor.faults import FaultPlan
-from supervisor.policy import RestartPolicy
+from actors._messages import LifecycleEvent
+from supervisor._faults import FaultPlan
+from supervisor._policy import RestartPolicy
+from supervisor._threads import ThreadSessionRegistry
 from supervisor.testing import FakeClock, Wire
-from supervisor.threads import ThreadSessionRegistry
 
 WAIT = 5.0
 

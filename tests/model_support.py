@@ -22,17 +22,17 @@ from hypothesis import note
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant
 
-import actors.errors as err
-from actors.credential import ResumeToken
-from actors.journal import JournalEntry
-from actors.messages import (
+import actors._errors as err
+from actors._credential import ResumeToken
+from actors._journal import JournalEntry
+from actors._messages import (
     DetachedAttachment,
     LifecycleEvent,
     ResumeResult,
     SessionCreated,
     TransportAttachment,
 )
-from supervisor.faults import FaultPlan
+from supervisor._faults import FaultPlan
 from supervisor.testing import Wire
 from tests.model import Answer, Fail, RegistryModel, WireModel, cost_of
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import sys
 
+from supervisor._threads import ThreadSessionRegistry
 from supervisor.redis_store import RedisStore
-from supervisor.threads import ThreadSessionRegistry
 
 
 def _say(line: str) -> None:

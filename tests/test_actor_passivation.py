@@ -6,13 +6,13 @@ import threading
 
 import pytest
 
-from actors.errors import JournalGapError, SessionCrashedError, SessionFailedError
-from actors.messages import SendEvent
-from actors.session import SessionActor
-from supervisor.actor import START_RETRY_S
-from supervisor.faults import FaultPlan
-from supervisor.policy import RestartPolicy
-from supervisor.threads import ThreadSessionRegistry
+from actors._errors import JournalGapError, SessionCrashedError, SessionFailedError
+from actors._messages import SendEvent
+from actors._session import SessionActor
+from supervisor._actor import START_RETRY_S
+from supervisor._faults import FaultPlan
+from supervisor._policy import RestartPolicy
+from supervisor._threads import ThreadSessionRegistry
 from tests.actor_support import (
     WAIT,
     Background,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from supervisor.policy import RestartPolicy
-from supervisor.supervision import Timers
+from supervisor._policy import RestartPolicy
+from supervisor._supervision import Timers
 
 
 def test_intensity_counts_crashes_within_the_window_only() -> None:

@@ -6,9 +6,9 @@ import threading
 
 import pytest
 
-from actors.errors import SessionCrashedError, SessionFailedError
-from supervisor.faults import FaultPlan
-from supervisor.policy import RestartPolicy
+from actors._errors import SessionCrashedError, SessionFailedError
+from supervisor._faults import FaultPlan
+from supervisor._policy import RestartPolicy
 from tests.actor_support import WAIT, Background, Events, FakeClock, Wire, registry, settle
 
 THREADS, PER_THREAD = 8, 40

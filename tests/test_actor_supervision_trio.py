@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import trio
 
-from actors.errors import SessionCrashedError, SessionFailedError
-from actors.messages import LifecycleEvent
-from supervisor.faults import FaultPlan
-from supervisor.policy import RestartPolicy
+from actors._errors import SessionCrashedError, SessionFailedError
+from actors._messages import LifecycleEvent
+from supervisor._faults import FaultPlan
+from supervisor._policy import RestartPolicy
 from tests.trio_support import LIMIT, Wire, gone, registry
 
 SESSIONS = 30

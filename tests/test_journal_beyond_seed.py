@@ -9,15 +9,15 @@ from typing import Any
 
 import pytest
 
-from actors import journal as journal_module
-from actors.errors import (
+from actors import _journal as journal_module
+from actors._errors import (
     InvalidPayloadError,
     InvalidSequenceError,
     JournalGapError,
     JournalOverflowError,
     SessionError,
 )
-from actors.journal import EventJournal, JournalEntry
+from actors._journal import EventJournal, JournalEntry
 from tests.helpers import FakeClock, make_journal, sequences
 
 

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
-from actors.errors import SessionCrashedError
-from supervisor.actor import SessionSystem, SupervisorActor
-from supervisor.faults import FaultPlan
-from supervisor.policy import RestartPolicy
-from supervisor.threads import ThreadSessionRegistry
+from actors._errors import SessionCrashedError
+from supervisor._actor import SessionSystem, SupervisorActor
+from supervisor._faults import FaultPlan
+from supervisor._policy import RestartPolicy
+from supervisor._threads import ThreadSessionRegistry
 from tests.helpers import ThreadReply
 from tests.model_machine import RegistryMachine
 from tests.model_support import (

@@ -14,9 +14,9 @@ from typing import Any
 import trio
 from hypothesis import settings
 
-from supervisor.faults import FaultPlan
-from supervisor.policy import RestartPolicy
-from supervisor.trio_registry import TrioSessionRegistry, open_session_registry
+from supervisor._faults import FaultPlan
+from supervisor._policy import RestartPolicy
+from supervisor._trio_registry import TrioSessionRegistry, open_session_registry
 from tests.model_machine import RegistryMachine
 from tests.model_support import (
     LIMIT,

@@ -12,7 +12,7 @@ import sys
 
 import trio
 
-from supervisor.gateway.wire_client import WireClient
+from supervisor.gateway._wire_client import WireClient
 from tests.gateway_support import LIMIT, read_until
 from tests.redis_support import RedisServer, free_port
 from tests.test_cli import _env, _serve_process

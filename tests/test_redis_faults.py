@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 import redis
 
+from supervisor._threads import ThreadSessionRegistry
 from supervisor.redis_store import RedisStore
-from supervisor.threads import ThreadSessionRegistry
 from tests.redis_support import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent

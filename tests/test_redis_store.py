@@ -16,15 +16,15 @@ from dataclasses import replace
 import pytest
 import redis
 
-from actors.credential import token_digest
-from actors.errors import (
+from actors._credential import token_digest
+from actors._errors import (
     DuplicateSessionError,
     SessionReplacedError,
     StoreUnavailableError,
     TokenConflictError,
 )
-from actors.store import Commit, SessionRecord, SessionStore, StoredEvent, proves_token
-from supervisor.memory_store import MemoryStore
+from actors._store import Commit, SessionRecord, SessionStore, StoredEvent, proves_token
+from supervisor._memory_store import MemoryStore
 from supervisor.redis_store import RedisStore
 from tests.redis_support import RedisServer, free_port
 

@@ -15,17 +15,17 @@ from collections.abc import Iterator
 
 import pytest
 
-from actors.errors import (
+from actors._errors import (
     InvalidResumeTokenError,
     SessionReplacedError,
     StoreUnavailableError,
     UnknownSessionError,
 )
-from actors.messages import LifecycleEvent
-from actors.store import SessionStore
-from supervisor.memory_store import MemoryStore
+from actors._messages import LifecycleEvent
+from actors._store import SessionStore
+from supervisor._memory_store import MemoryStore
+from supervisor._threads import ThreadSessionRegistry
 from supervisor.redis_store import RedisStore
-from supervisor.threads import ThreadSessionRegistry
 from tests.redis_support import RedisServer
 
 WAIT = 10.0

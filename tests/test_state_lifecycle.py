@@ -1,12 +1,12 @@
 """Phases, the commands each accepts, the resume stash, unknown-session answers and
-parking: the rules of actors/lifecycle.py, with plain calls and a fake clock."""
+parking: the rules of actors/_lifecycle.py, with plain calls and a fake clock."""
 
 from __future__ import annotations
 
 import pytest
 
-from actors.errors import InvalidResumeTokenError, JournalGapError, UnknownSessionError
-from actors.lifecycle import (
+from actors._errors import InvalidResumeTokenError, JournalGapError, UnknownSessionError
+from actors._lifecycle import (
     ACCEPTS,
     ALL_COMMANDS,
     UNKNOWN_SESSION_ANSWERS,
@@ -14,7 +14,7 @@ from actors.lifecycle import (
     SessionPhase,
     unknown_session_answer,
 )
-from actors.messages import (
+from actors._messages import (
     AbortResume,
     Acknowledge,
     ActivationOutcome,
@@ -30,8 +30,8 @@ from actors.messages import (
     SettleLeaseGeneration,
     Tick,
 )
-from actors.state import SessionState
-from supervisor.faults import FaultPlan, InjectedFaultError
+from actors._state import SessionState
+from supervisor._faults import FaultPlan, InjectedFaultError
 from tests.helpers import (
     activation_payload,
     auth,
