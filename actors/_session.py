@@ -341,13 +341,7 @@ class SessionActor(pykka.ThreadingActor):
 
     def _replaced(self) -> None:
         """Another process took this session over: let go of it here."""
-        state = self._state
-        assert state is not None  # noqa: S101
-        attachment = state.attachment
-        if attachment is not None:
-            outbox = self._outboxes.pop(attachment.generation, None)
-            if outbox is not None:
-                outbox.close_transport("replaced")
+        state = self._close_attached("replaced")
         self._announce(state, "replaced", "store")
         self._binding = None
         replaced = SessionReplacedError(self.session_id)
@@ -507,7 +501,8 @@ class SessionActor(pykka.ThreadingActor):
             )
         )
 
-    def _fail(self, reason: str) -> None:
+    def _close_attached(self, reason: str) -> SessionState:
+        """Close the attached transport (if any) with ``reason``; the state."""
         state = self._state
         assert state is not None  # noqa: S101
         attachment = state.attachment
@@ -515,6 +510,10 @@ class SessionActor(pykka.ThreadingActor):
             outbox = self._outboxes.pop(attachment.generation, None)
             if outbox is not None:
                 outbox.close_transport(reason)
+        return state
+
+    def _fail(self, reason: str) -> None:
+        state = self._close_attached(reason)
         self._announce(state, "failed", reason)
         failure = SessionFailedError(f"session {self.session_id} failed and was closed")
         self._leave("failed", answer=lambda call: call.reply.fail(failure))
