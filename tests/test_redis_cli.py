@@ -1,7 +1,8 @@
 """``serve --redis URL``: gateway processes sharing one real redis-server.
 
 A client whose process was killed (SIGKILL) resumes on another process and
-gets every event journaled after the last one it saw, in order, once.
+gets every event journaled after the last one it saw, in order, once; that
+process's engine adopts the session and live events follow.
 """
 
 from __future__ import annotations
@@ -72,6 +73,10 @@ async def test_a_client_of_a_killed_process_resumes_on_another(
                         break
                     if "server_event_seq" in frame:
                         replay.append(frame["server_event_seq"])
+                # This process's engine adopted the session: live events follow.
+                await other.send_json({"type": "ack", "server_event_seq": replay[-1]})
+                live = await read_until(other, "response.output_text.delta")
+                live_seqs = [f["server_event_seq"] for f in live if "server_event_seq" in f]
             finally:
                 await other.cut()
                 second.process.send_signal(signal.SIGINT)
@@ -79,3 +84,4 @@ async def test_a_client_of_a_killed_process_resumes_on_another(
             assert replay == list(
                 range(int(str(seen[-1])) + 1, int(str(seen[-1])) + 1 + len(replay))
             )
+            assert live_seqs[0] == int(str(replay[-1])) + 1, live
