@@ -14,6 +14,7 @@ import threading
 from collections.abc import Iterator
 
 import pytest
+import trio
 
 from actors._errors import (
     InvalidResumeTokenError,
@@ -23,8 +24,11 @@ from actors._errors import (
 )
 from actors._messages import LifecycleEvent
 from actors._store import SessionStore
+from supervisor import open_session_registry
 from supervisor._memory_store import MemoryStore
 from supervisor._threads import ThreadSessionRegistry
+from supervisor.gateway import EngineSession
+from supervisor.gateway._sessions import EngineWork
 from supervisor.redis_store import RedisStore
 from tests.redis_support import RedisServer
 
@@ -241,3 +245,59 @@ def test_redis_unreachable_fails_the_call_and_the_session_recovers(
         assert [dict(e.payload)["n"] for e in result.replay_entries] == [1, 2]
     store.close()
     other.close()
+
+
+class _OneEventEngine:
+    """Sends one event when started, then reports it was journaled."""
+
+    def __init__(self) -> None:
+        self.sent = trio.Event()
+
+    async def start(self, session: EngineSession) -> None:
+        await session.send({"type": "while Redis is down"})
+        self.sent.set()
+
+    async def answer(self, session: EngineSession, client_event_id: str, text: str) -> None:
+        return None
+
+    def stop(self, session_id: str) -> None:
+        return None
+
+
+async def test_an_engines_send_waits_for_an_unreachable_store(redis_server: RedisServer) -> None:
+    store = RedisStore(redis_server.url, timeout_s=0.5)
+    engine = _OneEventEngine()
+    wire = Transport()
+    with trio.fail_after(60):
+        async with (
+            open_session_registry(
+                replay_ttl_s=600,
+                replay_max_bytes_per_session=1 << 20,
+                sweep_interval_s=None,
+                store=store,
+            ) as registry,
+            trio.open_nursery() as nursery,
+        ):
+
+            async def send(frame: dict[str, object]) -> None:
+                wire.send(frame)
+
+            async def close(reason: str) -> None:
+                wire.close(reason)
+
+            await registry.create("s", send=send, close=close)
+            redis_server.stop()
+            work = EngineWork(
+                registry, engine, nursery, max_inputs_per_session=10, max_inputs_in_flight=10
+            )
+            work.start("s", None)
+            # The send fails (Redis is down) and is retried, not dropped.
+            with trio.move_on_after(1.0):
+                await engine.sent.wait()
+            assert not engine.sent.is_set()
+            assert wire.seqs() == []
+            await trio.to_thread.run_sync(redis_server.start)
+            await engine.sent.wait()
+            assert wire.seqs() == [1]
+            work.stop("s")
+    store.close()
