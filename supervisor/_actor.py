@@ -439,6 +439,7 @@ class SessionSystem:
                 # What a live session's expiry tells: "expired", then "closed".
                 self._unroute(mailbox)
                 self.books.parked_left(parked, reason="expired")
+                self._forget_stored(mailbox)
                 for kind, reason in (("expired", "disconnect_grace"), ("closed", None)):
                     self.notify(
                         LifecycleEvent(
@@ -539,6 +540,17 @@ class SessionSystem:
             routed.tell(call)
         except InboxClosedError:
             answer_unknown(call.reply, call.command, session_id)
+
+    def _forget_stored(self, mailbox: SessionMailbox) -> None:
+        """An expired parked session leaves the store too (if still ours)."""
+        store, epoch = self.store, mailbox.store_epoch
+        if store is None or epoch is None:
+            return
+        try:
+            store.delete(mailbox.session_id, epoch)
+        except StoreError as exc:
+            # Its keys expire by themselves (the store's key TTL).
+            logger.warning("session %s: store delete failed (%s)", mailbox.session_id, exc)
 
     def _renew_leases(self) -> None:
         """Renew this process's leases; a refused one was taken over elsewhere."""

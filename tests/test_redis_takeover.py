@@ -30,6 +30,7 @@ from supervisor._threads import ThreadSessionRegistry
 from supervisor.gateway import EngineSession
 from supervisor.gateway._sessions import EngineWork
 from supervisor.redis_store import RedisStore
+from supervisor.testing import FakeClock
 from tests.redis_support import RedisServer
 
 WAIT = 10.0
@@ -301,3 +302,17 @@ async def test_an_engines_send_waits_for_an_unreachable_store(redis_server: Redi
             assert wire.seqs() == [1]
             work.stop("s")
     store.close()
+
+
+def test_a_parked_session_expired_by_the_grace_leaves_the_store() -> None:
+    clock = FakeClock()
+    store = MemoryStore()
+    with registry(store, clock=clock, passivate_after_s=0, disconnect_grace_s=5) as door:
+        door.create("s", send=Transport().send, close=Transport().close)
+        door.detach("s")
+        door.sweep()
+        assert door.stats().parked == 1
+        clock.advance(10)
+        door.sweep()
+        assert door.stats().sessions_expired == 1
+    assert store.load("s") is None
