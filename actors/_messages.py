@@ -5,7 +5,8 @@ exported (attachment, created, detached, resume result): seed programs may
 build those positionally, so they keep the seed's field order. A field
 marked :func:`local` holds a callable of this process (a transport's
 ``send``, an ``on_accepted``) and cannot cross a wire: the JSON codec
-(:mod:`actors.codec`) leaves it out and takes it back as a binding. A
+(``tests/message_codec.py``, until library code carries commands between
+processes) leaves it out and takes it back as a binding. A
 field marked :func:`secret` holds a resume token: it is left out of every
 repr.
 """
