@@ -37,10 +37,10 @@ from supervisor._trio_registry import TrioSessionRegistry, serve_registry
 
 __all__ = ["BlockingClose", "BlockingSend", "ThreadSessionRegistry"]
 
-#: A blocking transport ``send(frame)``: called on a worker thread, in order.
 BlockingSend = Callable[[dict[str, object]], object]
-#: A blocking transport ``close(reason)``: called on a worker thread.
+"""A blocking transport ``send(frame)``: called on a worker thread, each attachment's in order."""
 BlockingClose = Callable[[str], object]
+"""A blocking transport ``close(reason)``: called on a worker thread."""
 
 #: How often a blocking caller checks that the loop thread still runs.
 _LOOP_CHECK_S = 1.0
