@@ -829,7 +829,12 @@ class AsyncSessionRegistry:
     async def sweep(self) -> None:
         """Tick every session now: TTL pruning and disconnect grace, at once.
 
-        The registry also sweeps every ``sweep_interval_s`` by itself.
+        Returns once every session has been ticked (parked ones on their
+        data, without waking them). Sessions left detached and idle for
+        ``passivate_after_s`` are asked to park as well; each parks when that
+        request's turn comes in its mailbox, which may be after this returns
+        (parking is invisible to callers). The registry also sweeps every
+        ``sweep_interval_s`` by itself.
         """
         self._check_open()
         reply = self._new_reply()
