@@ -200,7 +200,15 @@ class AsyncSessionRegistry:
     ``send_event``, ``send_event_nowait``, ``send_events``, ``acknowledge``,
     ``begin_resume``, ``authenticate_resume``, ``resume`` and
     ``abandon_resume``; ``False`` or ``None`` from the others. After
-    shutdown every call raises :class:`~actors.RegistryClosedError`.
+    shutdown every call raises :class:`~actors.RegistryClosedError`, but
+    ``stats()`` and ``session_ids()``, which still answer.
+
+    Cancellation: a call cancelled while it waits its turn (the session has
+    ``max_pending_per_session`` calls in flight) sends nothing. Once sent,
+    the session carries it out whether or not its caller is still waiting;
+    the caller just never sees the answer. ``create`` and ``resume`` are
+    the exceptions: cancelled, they are undone (a ``resume`` only before its
+    commit point; see each).
     """
 
     def __init__(self, *, options: RegistryOptions, port: CoalescingPort) -> None:
