@@ -162,18 +162,16 @@ class _CountedNoWaiter(NoWaiter):
 
     def resolve(self, value: object) -> None:
         if isinstance(value, tuple):
-            refused = [item for item in value if isinstance(item, BaseException)]
-            if refused:
-                self._refused(len(refused), refused[0])
+            # Each refused event with its own error, in the burst's order.
+            for item in value:
+                if isinstance(item, BaseException):
+                    report_refused(self._notify, self._session_id, item)
         self._settle()
 
     def fail(self, error: BaseException) -> None:
-        self._refused(self._count, error)
-        self._settle()
-
-    def _refused(self, count: int, error: BaseException) -> None:
-        for _ in range(count):
+        for _ in range(self._count):
             report_refused(self._notify, self._session_id, error)
+        self._settle()
 
     def _settle(self) -> None:
         # Dropped once used, for the reason LoopReply drops its callback.

@@ -42,6 +42,24 @@ async def test_one_bad_payload_in_a_burst_refuses_only_itself(
     ]
 
 
+async def test_each_refusal_in_a_burst_is_reported_with_its_own_reason() -> None:
+    events: list[LifecycleEvent] = []
+    with trio.fail_after(LIMIT):
+        async with registry(observer=events.append, replay_max_events_per_session=2) as reg:
+            wire = Wire()
+            await reg.create("s", send=wire.send, close=wire.close)
+            # One tick, one burst: a bad payload, two that fit, one past the cap.
+            reg.send_event_nowait("s", {"n": float("nan")})
+            reg.send_event_nowait("s", {"n": 1})
+            reg.send_event_nowait("s", {"n": 2})
+            reg.send_event_nowait("s", {"n": 3})
+            assert await reg.has_attachment("s")  # after the burst, in order
+    assert [e.reason for e in events if e.kind == "event_refused"] == [
+        "InvalidPayloadError",
+        "JournalOverflowError",
+    ]
+
+
 async def test_an_awaited_call_after_nowait_calls_keeps_their_order() -> None:
     with trio.fail_after(LIMIT):
         async with registry() as reg:
