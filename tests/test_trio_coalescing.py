@@ -13,6 +13,7 @@ import pytest
 import trio
 
 from actors._messages import LifecycleEvent
+from supervisor import FaultPlan
 from tests.trio_support import LIMIT, Wire, registry
 
 
@@ -58,6 +59,25 @@ async def test_each_refusal_in_a_burst_is_reported_with_its_own_reason() -> None
         "InvalidPayloadError",
         "JournalOverflowError",
     ]
+
+
+async def test_a_failed_send_of_a_burst_is_no_refusal_of_its_events() -> None:
+    events: list[LifecycleEvent] = []
+    plan = FaultPlan()
+    with trio.fail_after(LIMIT):
+        async with registry(observer=events.append, faults=plan) as reg:
+            wire = Wire()
+            await reg.create("s", send=wire.send, close=wire.close)
+            plan.fail_send("s", nth=1)
+            reg.send_event_nowait("s", {"n": float("nan")})  # refused
+            reg.send_event_nowait("s", {"n": 1})  # journaled; its send fails
+            await wire.closed.wait()
+            assert reg.stats().events_journaled == 1
+    # The transport failure is told once, as such; the journaled event was
+    # accepted (a resume replays it), and the bad one is refused for itself.
+    assert [e.reason for e in events if e.kind == "event_refused"] == ["InvalidPayloadError"]
+    assert [e.reason for e in events if e.kind == "send_failed"] == ["send_failed"]
+    assert wire.closes == ["send_failed"]
 
 
 async def test_an_awaited_call_after_nowait_calls_keeps_their_order() -> None:
