@@ -79,6 +79,8 @@ class SessionRecord:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StoredEvent:
+    """One journal entry as stored: its sequence, age and encoded JSON."""
+
     sequence: int
     #: Wall-clock time the event was journaled.
     created_at: float
