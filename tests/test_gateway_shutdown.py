@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import socket
+
 import trio
+from wsproto import ConnectionType, WSConnection
+from wsproto.events import AcceptConnection, Request
 
 from supervisor.gateway._engine import EngineConfig
 from supervisor.gateway._server import Gateway, GatewayConfig, serve_gateway
@@ -33,12 +37,64 @@ async def test_stopping_the_gateway_closes_every_socket_going_away() -> None:
                     await client.send_json({"type": "session.open"})
                     await read_until(client, "response.output_text.delta")
                 stop.cancel()  # what Ctrl-C does to `duplex-supervisor serve`
-                with trio.fail_after(1):  # well inside the gateway's 2 s for closing
-                    for client in clients:  # read one by one, as a slow client would
-                        _, closed = await read_until_closed(client)
-                        assert (closed.code, closed.reason) == (1001, "going_away")
+                # Read one by one, as a slow client would. Were the mute one's
+                # close waited for before the others', theirs would come after
+                # the gateway's 2 s for closing: aborted, with no close frame.
+                for client in clients:
+                    _, closed = await read_until_closed(client)
+                    assert (closed.code, closed.reason) == (1001, "going_away")
                 _, closed = await read_until_closed(mute)
                 assert (closed.code, closed.reason) == (1001, "going_away")
             finally:
                 for client in [mute, *clients]:
                     await client.cut()
+
+
+async def _reading_nothing(gateway: Gateway) -> WireClient:
+    """A client with a small receive window that reads nothing after its upgrade."""
+    sock = trio.socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    await sock.connect(("127.0.0.1", gateway.port))
+    stream = trio.SocketStream(sock)
+    ws = WSConnection(ConnectionType.CLIENT)
+    await stream.send_all(ws.send(Request(host="127.0.0.1", target=gateway.config.path)))
+    while not any(isinstance(event, AcceptConnection) for event in ws.events()):
+        ws.receive_data(await stream.receive_some(65_536))
+    return WireClient(stream, ws, answer_pings=True)
+
+
+async def test_a_send_stuck_on_a_full_socket_when_stopping_still_ends_in_going_away() -> None:
+    """Stopping must not cancel the registry's outbox pumps before the gateway
+    said going-away: a pump cancelled in the middle of a send (here: stuck on
+    a client's full TCP window) gives its socket up, and its client got no
+    close frame at all."""
+    stop = trio.CancelScope()
+    config = GatewayConfig(port=0, send_timeout_s=LIMIT)
+
+    async def run(task_status: trio.TaskStatus[Gateway]) -> None:
+        with stop:
+            await serve_gateway(
+                config,
+                engine_config=EngineConfig(event_rate_hz=400, delta_chars=2000),
+                task_status=task_status,
+            )
+
+    with trio.fail_after(LIMIT):
+        async with trio.open_nursery() as nursery:
+            gateway: Gateway = await nursery.start(run)
+            client = await _reading_nothing(gateway)
+            try:
+                await client.send_json({"type": "session.open"})
+                service = gateway.service
+                # Until a send to this client is stuck: in progress, nothing delivered.
+                while True:
+                    delivered = service.frames_delivered
+                    await trio.sleep(0.05)
+                    if service.sends_in_progress and service.frames_delivered == delivered:
+                        break
+                stop.cancel()
+                frames, closed = await read_until_closed(client)
+                assert frames[0]["type"] == "session.created"
+                assert (closed.code, closed.reason) == (1001, "going_away")
+            finally:
+                await client.cut()
