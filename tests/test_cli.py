@@ -164,6 +164,28 @@ def test_settings_the_gateway_refuses_exit_2_with_a_message() -> None:
     assert "max_frame_bytes must be at least 256" in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("server", "module"), [("asgi-uvicorn", "uvicorn"), ("asgi-hypercorn", "hypercorn")]
+)
+def test_an_asgi_server_not_installed_is_named_not_a_traceback(server: str, module: str) -> None:
+    # `pip install .` leaves the ASGI servers out; the process sees no such module.
+    hide = f"import sys; sys.modules[{module!r}] = None; from supervisor._cli import main; "
+    command = [sys.executable, "-c", hide + "sys.exit(main(sys.argv[1:]))"]
+    result = subprocess.run(  # noqa: S603 - our own command line
+        [*command, "serve", "--server", server, "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=_env(),
+        check=False,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    expected = f"duplex-supervisor: --server {server} needs {module}: "
+    assert last == expected + "pip install 'duplex-supervisor[asgi]'", last
+
+
 def test_network_errors_exit_2_with_a_message_not_a_traceback() -> None:
     # Raised inside trio nurseries, these come wrapped in exception groups.
     result = _run("chaos", f"ws://127.0.0.1:{_closed_port()}/v1", "--duration", "1")
