@@ -113,8 +113,11 @@ async def _get(base: str, path: str) -> bytes:
     port = int(base.rsplit(":", 1)[1])
     stream = await trio.open_tcp_stream("127.0.0.1", port)
     async with stream:
-        await stream.send_all(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-        answer: bytes = await stream.receive_some()
+        request = f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        await stream.send_all(request.encode())
+        answer = b""
+        while chunk := await stream.receive_some():
+            answer += chunk
     return answer
 
 
@@ -144,8 +147,8 @@ async def _bearer_session(base: str) -> tuple[str, int | None, str]:
     async with asyncio.timeout(LIMIT - 10):
         url = f"{base}/gateway/v1"
         refused = await connect(url, proxy=None, open_timeout=5)
-        await refused.send(json.dumps({"type": "session.open"}))
-        try:
+        try:  # refused as it connects: maybe before session.open is even sent
+            await refused.send(json.dumps({"type": "session.open"}))
             await refused.recv()
             await refused.recv()
         except ConnectionClosed as closed:
