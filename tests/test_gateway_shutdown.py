@@ -8,7 +8,7 @@ import trio
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, Request
 
-from supervisor.gateway._engine import EngineConfig
+from supervisor.gateway._engine import EngineConfig, EngineSession
 from supervisor.gateway._server import Gateway, GatewayConfig, serve_gateway
 from supervisor.gateway._wire_client import WireClient
 from tests.gateway_support import LIMIT, RATE_HZ, read_until, read_until_closed
@@ -98,3 +98,40 @@ async def test_a_send_stuck_on_a_full_socket_when_stopping_still_ends_in_going_a
                 assert (closed.code, closed.reason) == (1001, "going_away")
             finally:
                 await client.cut()
+
+
+class _Recording:
+    """An engine that streams nothing and records ``stop``."""
+
+    def __init__(self) -> None:
+        self.stopped: list[str] = []
+
+    async def start(self, session: EngineSession) -> None:
+        await trio.sleep_forever()
+
+    async def answer(self, session: EngineSession, client_event_id: str, text: str) -> None:
+        pass
+
+    def stop(self, session_id: str) -> None:
+        self.stopped.append(session_id)
+
+
+async def test_stopping_the_gateway_stops_the_engine_for_every_session() -> None:
+    """The sessions end with the gateway (memory only): the engine hears ``stop``
+    for each, once, as for any session that ended for good."""
+    engine = _Recording()
+    with trio.fail_after(LIMIT):
+        async with trio.open_nursery() as nursery:
+            gateway: Gateway = await nursery.start(
+                lambda task_status: serve_gateway(
+                    GatewayConfig(port=0), engine=engine, task_status=task_status
+                )
+            )
+            ids = []
+            for _ in range(2):
+                client = await WireClient.connect(gateway.url)
+                await client.send_json({"type": "session.open"})
+                ids.append(str((await client.receive_json())["session_id"]))
+                await client.cut()
+            nursery.cancel_scope.cancel()
+    assert sorted(engine.stopped) == sorted(ids)
