@@ -69,9 +69,11 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
-def _run(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+def _run(
+    *args: str, timeout: float = 30, command: list[str] = MODULE
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(  # noqa: S603 - our own command line
-        [*MODULE, *args], capture_output=True, text=True, timeout=timeout, env=_env(), check=False
+        [*command, *args], capture_output=True, text=True, timeout=timeout, env=_env(), check=False
     )
 
 
@@ -171,14 +173,7 @@ def test_an_asgi_server_not_installed_is_named_not_a_traceback(server: str, modu
     # `pip install .` leaves the ASGI servers out; the process sees no such module.
     hide = f"import sys; sys.modules[{module!r}] = None; from supervisor._cli import main; "
     command = [sys.executable, "-c", hide + "sys.exit(main(sys.argv[1:]))"]
-    result = subprocess.run(  # noqa: S603 - our own command line
-        [*command, "serve", "--server", server, "--port", "0"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        env=_env(),
-        check=False,
-    )
+    result = _run("serve", "--server", server, "--port", "0", command=command)
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr, result.stderr
     last = result.stderr.strip().splitlines()[-1]
