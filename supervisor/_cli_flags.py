@@ -125,7 +125,7 @@ def _grace(text: str) -> float | None:
 
 def _non_negative(text: str) -> float:
     value = float(text)
-    if value < 0:
+    if not value >= 0:  # NaN too
         raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
     return value
 

@@ -303,6 +303,9 @@ def test_version_and_verbose_after_the_subcommand() -> None:
         (["serve", "--server", "tornado"], "argument --server: invalid choice"),
         (["serve", "--log-format", "xml"], "argument --log-format: invalid choice"),
         (["serve", "--session-resume-window", "0"], "argument --session-resume-window"),
+        (["serve", "--event-rate", "nan"], "argument --event-rate: must be >= 0"),
+        (["demo", "--drop-rate", "nan"], "argument --drop-rate: must be >= 0"),
+        (["serve", "--max-inputs-per-second", "nan"], "argument --max-inputs-per-second"),
     ],
 )
 def test_flags_are_validated_naming_the_flag(args: list[str], complaint: str) -> None:
