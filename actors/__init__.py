@@ -6,9 +6,9 @@ and credential, the results of the registry's methods and the observer's
 events. Everything else in its modules (the sans-I/O state machine
 included, for now) is internal and may change.
 
-``actors`` never imports ``supervisor``. Its modules ``journal``,
-``credential``, ``state``, ``transition`` and ``messages`` import no pykka,
-trio, asyncio or threading.
+``actors`` never imports ``supervisor``. Its modules ``_journal``,
+``_credential``, ``_state``, ``_transition``, ``_messages``, ``_lifecycle``
+and ``_counters`` import no pykka, trio, asyncio or threading.
 """
 
 from __future__ import annotations

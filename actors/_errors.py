@@ -32,6 +32,8 @@ __all__ = [
 ]
 
 GapReason = Literal["ttl", "acknowledged", "overflow"]
+"""What dropped the first missing event of a :class:`JournalGapError`: its
+TTL ran out, the client acknowledged it, or the journal overflowed."""
 
 
 class SessionError(Exception):

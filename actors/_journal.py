@@ -187,6 +187,10 @@ class JournalEntry:
 
     @property
     def payload(self) -> Mapping[str, object]:
+        """The event as sent, ``server_event_seq`` included: a read-only mapping.
+
+        Rebuilt from ``encoded`` on each read (unless the entry kept it).
+        """
         kept = self._kept
         if kept is not None:
             return kept
@@ -315,14 +319,17 @@ class EventJournal:
 
     @property
     def retained_bytes(self) -> int:
+        """The ``encoded_bytes`` of every retained entry, summed (what the byte cap counts)."""
         return self._retained_bytes
 
     @property
     def overflowed(self) -> bool:
+        """Whether the journal passed its cap: sticky, it records nothing more."""
         return self._overflowed
 
     @property
     def last_sequence(self) -> int:
+        """The last sequence issued (0 before the first event)."""
         return self._next_sequence - 1
 
     @property
