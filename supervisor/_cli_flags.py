@@ -125,7 +125,7 @@ def _grace(text: str) -> float | None:
 
 def _non_negative(text: str) -> float:
     value = float(text)
-    if value < 0:
+    if not value >= 0:  # NaN too
         raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
     return value
 
@@ -213,9 +213,10 @@ def _add_chaos_flags(parser: argparse.ArgumentParser, *, clients: int, duration:
 def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     serve = commands.add_parser(
         "serve",
-        help="run the gateway until Ctrl-C",
-        description="Serve resumable sessions over WebSocket, fed by the demo engine. "
-        "Ctrl-C closes every connection with 1001 (going away).",
+        help="run the gateway until Ctrl-C or SIGTERM",
+        description="Serve resumable sessions over WebSocket, fed by the demo engine (or "
+        "--engine). Ctrl-C or SIGTERM closes every connection with 1001 (going away), then "
+        "exits (130 after Ctrl-C, 0 after SIGTERM).",
     )
     net = serve.add_argument_group("network")
     net.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
@@ -266,7 +267,8 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--handshake-timeout",
         type=_positive(float),
         default=5.0,
-        help="seconds a new connection has to send its first frame (default 5)",
+        help="seconds a new connection has for its TLS handshake and upgrade request, "
+        "then again for its first frame (error 'handshake_timeout', close 4408) (default 5)",
     )
     limits.add_argument(
         "--ping-interval",

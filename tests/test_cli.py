@@ -69,9 +69,11 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
-def _run(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+def _run(
+    *args: str, timeout: float = 30, command: list[str] = MODULE
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(  # noqa: S603 - our own command line
-        [*MODULE, *args], capture_output=True, text=True, timeout=timeout, env=_env(), check=False
+        [*command, *args], capture_output=True, text=True, timeout=timeout, env=_env(), check=False
     )
 
 
@@ -162,6 +164,21 @@ def test_settings_the_gateway_refuses_exit_2_with_a_message() -> None:
     result = _run("serve", "--port", "0", "--max-frame-bytes", "100")
     assert result.returncode == 2
     assert "max_frame_bytes must be at least 256" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("server", "module"), [("asgi-uvicorn", "uvicorn"), ("asgi-hypercorn", "hypercorn")]
+)
+def test_an_asgi_server_not_installed_is_named_not_a_traceback(server: str, module: str) -> None:
+    # `pip install .` leaves the ASGI servers out; the process sees no such module.
+    hide = f"import sys; sys.modules[{module!r}] = None; from supervisor._cli import main; "
+    command = [sys.executable, "-c", hide + "sys.exit(main(sys.argv[1:]))"]
+    result = _run("serve", "--server", server, "--port", "0", command=command)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    expected = f"duplex-supervisor: --server {server} needs {module}: "
+    assert last == expected + "pip install 'duplex-supervisor[asgi]'", last
 
 
 def test_network_errors_exit_2_with_a_message_not_a_traceback() -> None:
@@ -286,6 +303,9 @@ def test_version_and_verbose_after_the_subcommand() -> None:
         (["serve", "--server", "tornado"], "argument --server: invalid choice"),
         (["serve", "--log-format", "xml"], "argument --log-format: invalid choice"),
         (["serve", "--session-resume-window", "0"], "argument --session-resume-window"),
+        (["serve", "--event-rate", "nan"], "argument --event-rate: must be >= 0"),
+        (["demo", "--drop-rate", "nan"], "argument --drop-rate: must be >= 0"),
+        (["serve", "--max-inputs-per-second", "nan"], "argument --max-inputs-per-second"),
     ],
 )
 def test_flags_are_validated_naming_the_flag(args: list[str], complaint: str) -> None:

@@ -42,7 +42,6 @@ async def test_peers_that_never_answer_a_close_are_cut_after_the_close_timeout()
             # read that but never answer, and never close their end.
             clients = await _silent_upgrades(30, server)
             try:
-                assert server.descriptors() >= baseline + 30
                 for client in clients:
                     frames, closed = await client.until_closed()
                     assert [f.get("code") for f in frames] == ["handshake_timeout"]

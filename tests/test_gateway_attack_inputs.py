@@ -98,15 +98,24 @@ async def test_inputs_past_the_in_flight_cap_are_refused_busy() -> None:
             assert all(len(replies) == 1 for replies in got.values()), got
             assert {r[0] for r in got.values()} == {"response.done", "busy"}, got
             assert got["b0"] == ["response.done"]
-            # A refused input is not remembered: sent again, it is answered.
+            # A refused input is not remembered: sent again, it is answered,
+            # never called a duplicate. (It may be refused busy once more: an
+            # answer is in flight until the engine's ``answer`` returns, which
+            # can be just after its last frame reached this client.)
             busy = next(cid for cid, r in got.items() if r == ["busy"])
-            await client.send(_input(busy))
-            assert await replies([busy]) == {busy: ["response.done"]}
+            while True:
+                await client.send(_input(busy))
+                again = (await replies([busy]))[busy]
+                assert again in (["busy"], ["response.done"]), again
+                if again == ["response.done"]:
+                    break
 
 
 async def test_dedupe_holds_for_the_session_lifetime_past_4096_ids() -> None:
     flags = [*QUIET, "--max-inputs-per-second", "1e9", "--max-inputs-in-flight", "100000"]
-    with trio.fail_after(LIMIT):
+    # 4,200 answers of four frames each: 3.5 s on a quiet 2-core machine, past
+    # 30 s on a loaded one. The bound only stops a hang, so it fits the work.
+    with trio.fail_after(3 * LIMIT):
         async with _session(*flags) as (_, client, replies):
             ids = [f"d{n}" for n in range(4200)]
             await client.send(b"".join(map(_input, ids)))

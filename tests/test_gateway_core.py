@@ -258,3 +258,16 @@ def test_throttles_answer_a_failure_its_own_error_until_a_key_is_blocked() -> No
     assert throttles.failed_credential("a1", "no secret", now=61).code == "secret_throttled"
     # At 61 the failures of 0 expired: a2 and s2 are forgotten; a1, s1, and a1's secret stay.
     assert len(throttles) == 3
+
+
+def test_an_input_text_is_at_most_16384_characters() -> None:
+    core = ConnectionCore(CONFIG, now=0.0)
+    _open(core)
+    longest = "x" * 16_384
+    assert core.receive(_frame(type="input", client_event_id="a", text=longest), 0.0) == [
+        AnswerInput(client_event_id="a", text=longest)
+    ]
+    (reply,) = core.receive(_frame(type="input", client_event_id="b", text=longest + "x"), 5.0)
+    assert isinstance(reply, Reply)
+    assert (reply.frame["type"], reply.frame["code"]) == ("error", "bad_request")
+    assert core.phase is Phase.OPEN  # not fatal inside a session

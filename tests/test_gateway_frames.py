@@ -204,7 +204,7 @@ async def test_open_without_the_shared_secret_is_4401(secret: str | None) -> Non
 
 async def test_no_first_frame_in_time_is_4408() -> None:
     with trio.fail_after(LIMIT):
-        async with running_gateway(_config(handshake_timeout_s=0.3)) as harness:
+        async with running_gateway(_config(handshake_timeout_s=1.0)) as harness:
             neighbour = await harness.neighbour()
             client = await harness.connect()
             frames, closed = await read_until_closed(client)

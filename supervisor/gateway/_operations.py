@@ -31,11 +31,15 @@ class _Figures(Collector):
         service = self._service
         stats = service.registry.stats()
         counters = service.counters
-        sessions = GaugeMetricFamily("duplex_sessions", "Sessions held, by state", labels=["state"])
-        sessions.add_metric(["live"], stats.sessions)
+        sessions = GaugeMetricFamily(
+            "duplex_sessions",
+            "Sessions held, by state: live (an actor) or parked; attached or detached",
+            labels=["state"],
+        )
+        sessions.add_metric(["live"], stats.live)
         sessions.add_metric(["attached"], stats.attached)
         sessions.add_metric(["detached"], stats.detached)
-        sessions.add_metric(["parked"], getattr(stats, "parked", 0))
+        sessions.add_metric(["parked"], stats.parked)
         yield sessions
         yield GaugeMetricFamily(
             "duplex_connections", "WebSocket connections open", value=service.connections_open()

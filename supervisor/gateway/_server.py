@@ -214,6 +214,33 @@ def ssl_context(config: GatewayConfig) -> ssl.SSLContext | None:
     return context
 
 
+async def _listen(
+    nursery: trio.Nursery, gateway: Gateway, task_status: trio.TaskStatus[None]
+) -> None:
+    """Listen and accept into ``nursery``; started once listening."""
+    config = gateway.config
+    try:
+        listeners = await trio.open_tcp_listeners(config.port, host=config.host)
+    except OSError as exc:
+        error = OSError(f"{config.host}:{config.port}: {exc.strerror or exc}")
+        error.errno = exc.errno
+        raise error from None
+    gateway.port = listeners[0].socket.getsockname()[1]
+    for listener in listeners:
+        await nursery.start(
+            functools.partial(
+                accept_forever,
+                listener.socket,
+                gateway.connection,
+                nursery,
+                log=gateway.service.log,
+                plain_http=config.tls_cert is None,
+            )
+        )
+    nursery.start_soon(_flush_logs, gateway)
+    task_status.started()
+
+
 async def serve_gateway(
     config: GatewayConfig,
     *,
@@ -238,62 +265,58 @@ async def serve_gateway(
     Cancelled, it first closes every connection with 1001 (going away).
     """
     the_engine: Engine = engine if engine is not None else DemoEngine(engine_config)
-    service_box: list[GatewayService] = []
+    box: list[Gateway] = []
 
     def observe(event: LifecycleEvent) -> None:
-        if service_box:
-            service_box[0].observe(event)
+        if box:
+            box[0].observe(event)
 
-    async with open_registry(config, registry_options, observer=observe, faults=faults) as registry:
-        # Once up, the engine and the connection handlers run shielded: a
-        # cancellation from outside (Ctrl-C, SIGTERM) first tells every client
-        # to go away, and only then stops them. Cancelled first, their sockets
-        # would just drop.
-        serving = trio.CancelScope()
-        box: list[Gateway] = []
+    stop = trio.Event()
 
-        async def serve(task_status: trio.TaskStatus[None]) -> None:
-            with serving:
-                async with trio.open_nursery() as nursery:
-                    spawner = cast(TaskSpawner, nursery)  # trio's start_soon, typed its own way
-                    service = GatewayService(
-                        config, registry, the_engine, spawner, authenticate=authenticate
-                    )
-                    service_box.append(service)
-                    if on_started is not None:
-                        on_started(service)
-                    gateway = Gateway(config, service)
-                    box.append(gateway)
-                    try:
-                        listeners = await trio.open_tcp_listeners(config.port, host=config.host)
-                    except OSError as exc:
-                        error = OSError(f"{config.host}:{config.port}: {exc.strerror or exc}")
-                        error.errno = exc.errno
-                        raise error from None
-                    gateway.port = listeners[0].socket.getsockname()[1]
-                    for listener in listeners:
-                        await nursery.start(
-                            functools.partial(
-                                accept_forever,
-                                listener.socket,
-                                gateway.connection,
-                                nursery,
-                                log=service.log,
-                                plain_http=config.tls_cert is None,
+    async def run(task_status: trio.TaskStatus[Gateway]) -> None:
+        # Until up, a cancellation from outside stops the start. Once up, the
+        # registry (with its outbox pumps), the engine and the connection
+        # handlers run shielded, and only `stop` ends them: a cancellation
+        # from outside (Ctrl-C, SIGTERM) first tells every client to go away.
+        # Cancelled first, their sockets would just drop, and a pump cancelled
+        # in the middle of a send would give its socket up unclosed.
+        with trio.CancelScope() as guard:
+            async with open_registry(
+                config, registry_options, observer=observe, faults=faults
+            ) as registry:
+                serving = trio.CancelScope()
+
+                async def serve(task_status: trio.TaskStatus[None]) -> None:
+                    with serving:
+                        async with trio.open_nursery() as nursery:
+                            service = GatewayService(
+                                config,
+                                registry,
+                                the_engine,
+                                cast(TaskSpawner, nursery),  # trio's start_soon, typed its own way
+                                authenticate=authenticate,
                             )
-                        )
-                    nursery.start_soon(_flush_logs, gateway)
-                    serving.shield = True
-                    task_status.started()
+                            box.append(Gateway(config, service))
+                            if on_started is not None:
+                                on_started(service)
+                            await _listen(nursery, box[0], task_status)
 
-        async with trio.open_nursery() as outer:
-            await outer.start(serve)
-            gateway = box[0]
-            logger.info("gateway listening on %s", gateway.url)
-            task_status.started(gateway)
-            try:
-                await trio.sleep_forever()
-            finally:
-                with trio.CancelScope(shield=True):
-                    await gateway.go_away()
-                serving.cancel()
+                async with trio.open_nursery() as outer:
+                    await outer.start(serve)
+                    gateway = box[0]
+                    guard.shield = True
+                    logger.info("gateway listening on %s", gateway.url)
+                    task_status.started(gateway)
+                    try:
+                        await stop.wait()
+                    finally:
+                        with trio.CancelScope(shield=True):
+                            await gateway.go_away()
+                        serving.cancel()
+
+    async with trio.open_nursery() as nursery:
+        task_status.started(await nursery.start(run))
+        try:
+            await trio.sleep_forever()
+        finally:
+            stop.set()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import logging
 import signal
 import socket
@@ -81,10 +82,21 @@ def _url(config: GatewayConfig, port: int) -> str:
     return f"{scheme}://{config.host}:{port}{config.path}"
 
 
+#: The package each ASGI server needs (the ``asgi`` extra installs them).
+_NEEDS = {"asgi-uvicorn": "uvicorn", "asgi-hypercorn": "hypercorn"}
+
+
 def run_server(server: str, options: ServeOptions) -> int:
     """Serve with ``server`` (a name of :data:`SERVERS` or an alias); the exit status."""
     name = SERVER_ALIASES.get(server, server)
     ssl_context(options.config)  # every server: a bad certificate or key named up front
+    if name in _NEEDS:
+        try:
+            importlib.import_module(_NEEDS[name])
+        except ImportError:
+            raise ValueError(
+                f"--server {name} needs {_NEEDS[name]}: pip install 'duplex-supervisor[asgi]'"
+            ) from None
     if name == "trio":
         return trio.run(_serve_trio, options)
     if name == "asgi-uvicorn":

@@ -162,12 +162,14 @@ class GatewayService:
 
     async def go_away(self, timeout_s: float = 2.0) -> None:
         """Close every connection with 1001, all at once (one silent client must
-        not use up the others' time)."""
+        not use up the others' time); then the engine hears ``stop`` for every
+        session, which ends with the gateway (sessions live in memory only)."""
         self.accepting = False
         with anyio.move_on_after(timeout_s):
             async with anyio.create_task_group() as group:
                 for ws in list(self._sockets):
                     group.start_soon(ws.close, GOING_AWAY, "going_away")
+        self.work.stop_all()
 
     # -- one connection ------------------------------------------------------------
 

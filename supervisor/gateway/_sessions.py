@@ -118,6 +118,11 @@ class EngineWork:
         except Exception:
             logger.exception("the engine's stop failed")
 
+    def stop_all(self) -> None:
+        """The gateway is stopping, and its sessions end with it: stop each one's work."""
+        for session_id in list(self._live):
+            self.stop(session_id)
+
     async def _run(self, live: _Live, kind: str, args: tuple[str, str] | None) -> None:
         scope = anyio.CancelScope()
         if live.stopped:

@@ -1,0 +1,62 @@
+"""What ``/metrics`` says about sessions: live (with a thread), parked, attached, detached.
+
+A gateway whose registry parks idle detached sessions at once
+(``passivate_after_s=0``): a session whose client left is parked by a sweep,
+and the gauges must say so (``live`` counts sessions with an actor, not
+every session the registry holds).
+"""
+
+from __future__ import annotations
+
+import trio
+
+from supervisor import RegistryOptions
+from supervisor.gateway import DemoEngine, EngineConfig, Gateway, GatewayConfig, serve_gateway
+from supervisor.gateway._wire_client import WireClient
+from tests.gateway_support import LIMIT
+
+
+def _gauges(gateway: Gateway) -> dict[str, float]:
+    text = gateway.service.metrics.render().decode()
+    prefix = 'duplex_sessions{state="'
+    gauges: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            name, _, value = line[len(prefix) :].partition('"} ')
+            gauges[name] = float(value)
+    return gauges
+
+
+async def test_the_sessions_gauge_counts_live_and_parked_apart() -> None:
+    options = RegistryOptions(
+        replay_ttl_s=60, replay_max_bytes_per_session=1 << 20, passivate_after_s=0
+    )
+    quiet = DemoEngine(EngineConfig(event_rate_hz=0))
+    with trio.fail_after(LIMIT):
+        async with trio.open_nursery() as nursery:
+            gateway: Gateway = await nursery.start(
+                lambda task_status: serve_gateway(
+                    GatewayConfig(port=0),
+                    engine=quiet,
+                    registry_options=options,
+                    task_status=task_status,
+                )
+            )
+            stays, leaves = await WireClient.connect(gateway.url), None
+            try:
+                await stays.send_json({"type": "session.open"})
+                assert (await stays.receive_json())["type"] == "session.created"
+                leaves = await WireClient.connect(gateway.url)
+                await leaves.send_json({"type": "session.open"})
+                created = await leaves.receive_json()
+                await leaves.cut()
+                sid = str(created["session_id"])
+                while await gateway.registry.has_attachment(sid):
+                    await trio.sleep(0.01)
+                while gateway.registry.stats().parked < 1:
+                    await gateway.registry.sweep()
+                    await trio.sleep(0.01)
+                assert _gauges(gateway) == {"live": 1, "attached": 1, "detached": 1, "parked": 1}
+            finally:
+                await stays.cut()
+            nursery.cancel_scope.cancel()
