@@ -1,4 +1,4 @@
-"""Scenarios 5 to 8: resume with a long replay, 10,000 sessions, restart, the gateway."""
+"""Scenarios 5 to 7: resume with a long replay, 10,000 sessions, restart."""
 
 from __future__ import annotations
 
@@ -14,12 +14,9 @@ from actors.messages import ResumeResult
 from benchmarks.common import BIG, Result, Size, noop_close, noop_send, pct, registry
 from benchmarks.references import LockRegistry
 from supervisor.faults import FaultPlan
-from supervisor.gateway.engine import EngineConfig
-from supervisor.gateway.server import GatewayConfig, serve_gateway
-from supervisor.gateway.wire_client import WireClient, WireClosedError
 from supervisor.policy import RestartPolicy
 
-__all__ = ["gateway", "many_sessions", "restart", "resume_replay"]
+__all__ = ["many_sessions", "restart", "resume_replay"]
 
 REPLAY = 1000
 
@@ -136,47 +133,5 @@ async def restart(size: Size) -> list[Result]:
             None,
             "< 5 ms",
             {"p99_ms": pct(latencies, 0.99) * 1e3},
-        )
-    ]
-
-
-async def gateway(size: Size) -> list[Result]:
-    received = [0]
-    engine = EngineConfig(event_rate_hz=200.0)
-    config = GatewayConfig(port=0, disconnect_grace_s=None)
-
-    async def client(url: str, stop_at: float) -> None:
-        ws = await WireClient.connect(url)
-        await ws.send_json({"type": "session.open"})
-        try:
-            while trio.current_time() < stop_at:
-                with trio.move_on_after(max(0.0, stop_at - trio.current_time())):
-                    frame = await ws.receive_json()
-                    received[0] += "server_event_seq" in frame
-        except WireClosedError:
-            pass
-        await ws.cut()
-
-    async with trio.open_nursery() as nursery:
-        served = await nursery.start(
-            lambda task_status: serve_gateway(config, engine_config=engine, task_status=task_status)
-        )
-        stop_at = trio.current_time() + size.gateway_s
-        start = time.perf_counter()
-        async with trio.open_nursery() as crowd:
-            for _ in range(size.gateway_clients):
-                crowd.start_soon(client, served.url, stop_at)
-        rate = received[0] / (time.perf_counter() - start)
-        nursery.cancel_scope.cancel()
-    return [
-        Result(
-            "gateway",
-            "events/s delivered",
-            rate,
-            None,
-            None,
-            None,
-            f"{size.gateway_clients} WebSocket clients on loopback",
-            {"clients": float(size.gateway_clients), "events": float(received[0])},
         )
     ]
