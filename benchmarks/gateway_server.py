@@ -311,7 +311,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shell", choices=SHELLS, required=True)
     parser.add_argument("--mode", choices=MODES, required=True)
     parser.add_argument("--rate", type=float, default=20.0, help="events/s per session")
+    parser.add_argument(
+        "--switch-interval",
+        type=float,
+        default=None,
+        help="sys.setswitchinterval (s) before serving (default: Python's, 0.005)",
+    )
     args = parser.parse_args(argv)
+    if args.switch_interval is not None:
+        sys.setswitchinterval(args.switch_interval)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, hard), hard))
     logging.basicConfig(level=logging.WARNING)
