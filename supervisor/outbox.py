@@ -429,8 +429,12 @@ class AsyncioOutbox(OutboxCore):
         self._event.set()
 
     async def _within_timeout(self, call: Callable[[], Awaitable[None]]) -> bool:
-        # The sends run as their own task so an abort can cancel them without
-        # touching the pump's own cancellation state.
+        if not self._activating:
+            # Only an activation's send is ever aborted: any other runs in the
+            # pump's task (a task per delivery was a measured cost).
+            return await self._timed(call)
+        # An activation's sends run as their own task so an abort can cancel
+        # them without touching the pump's own cancellation state.
         task: asyncio.Task[bool] = asyncio.ensure_future(self._timed(call))
         self._current = task  # type: ignore[assignment]
         try:
