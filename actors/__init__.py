@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import logging
 
-from actors.credential import ResumeCredential, ResumeToken
-from actors.errors import (
+from actors._credential import ResumeCredential, ResumeToken
+from actors._errors import (
     ActivationAbortedError,
     DuplicateSessionError,
     GapReason,
@@ -34,8 +34,8 @@ from actors.errors import (
     SessionFailedError,
     UnknownSessionError,
 )
-from actors.journal import EventJournal, JournalEntry
-from actors.messages import (
+from actors._journal import EventJournal, JournalEntry
+from actors._messages import (
     ActivationPayloadFactory,
     CloseCallable,
     DetachedAttachment,

@@ -23,7 +23,12 @@ from benchmarks.common import FULL, QUICK, Result, Size
 from benchmarks.gateway import gateway
 from benchmarks.hot_path import send_latency, throughput
 from benchmarks.isolation import engine_threads, slow_client
-from benchmarks.lifecycle import many_sessions, restart, resume_replay
+from benchmarks.lifecycle import (
+    many_sessions,
+    many_sessions_parked,
+    restart,
+    resume_replay,
+)
 
 SCENARIOS: dict[str, Callable[[Size], Awaitable[list[Result]]]] = {
     "send_latency": send_latency,
@@ -32,6 +37,7 @@ SCENARIOS: dict[str, Callable[[Size], Awaitable[list[Result]]]] = {
     "engine_threads": engine_threads,
     "resume_replay": resume_replay,
     "many_sessions": many_sessions,
+    "many_sessions_parked": many_sessions_parked,
     "restart": restart,
     "gateway": gateway,
 }

@@ -46,15 +46,15 @@ import anyio
 import trio
 
 from benchmarks.references import LockRegistry
+from supervisor.gateway._auth import Handshake
+from supervisor.gateway._config import GatewayConfig, GatewayCounters
+from supervisor.gateway._core import TransportClosedError
+from supervisor.gateway._engine import EngineSession, SessionEnded
+from supervisor.gateway._limits import LogLimiter
+from supervisor.gateway._listener import accept_forever
+from supervisor.gateway._server import Gateway, serve_gateway
+from supervisor.gateway._service import GatewayService, Transport
 from supervisor.gateway.asgi import GatewayApp
-from supervisor.gateway.auth import Handshake
-from supervisor.gateway.config import GatewayConfig, GatewayCounters
-from supervisor.gateway.core import TransportClosedError
-from supervisor.gateway.engine import EngineSession, SessionEnded
-from supervisor.gateway.limits import LogLimiter
-from supervisor.gateway.listener import accept_forever
-from supervisor.gateway.server import Gateway, serve_gateway
-from supervisor.gateway.service import GatewayService, Transport
 
 __all__ = ["MODES", "SHELLS", "StampedEngine", "main"]
 

@@ -20,7 +20,7 @@ import sys
 
 import trio
 
-from supervisor.gateway.wire_client import WireClient
+from supervisor.gateway._wire_client import WireClient
 
 SERVERS = ("trio", "asgi-uvicorn", "asgi-hypercorn")
 

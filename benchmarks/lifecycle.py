@@ -1,22 +1,26 @@
-"""Scenarios 5 to 7: resume with a long replay, 10,000 sessions, restart."""
+"""Scenarios 5 to 7: resume with a long replay, many sessions (live and parked), restart."""
 
 from __future__ import annotations
 
 import contextlib
 import gc
+import threading
 import time
+import tracemalloc
+from typing import Any
 
 import trio
 
-from actors.credential import ResumeToken
-from actors.errors import SessionCrashedError
-from actors.messages import ResumeResult
+from actors._credential import ResumeToken
+from actors._errors import SessionCrashedError
+from actors._journal import EventJournal
+from actors._messages import ResumeResult
 from benchmarks.common import BIG, Result, Size, noop_close, noop_send, pct, registry
 from benchmarks.references import LockRegistry
-from supervisor.faults import FaultPlan
-from supervisor.policy import RestartPolicy
+from supervisor._faults import FaultPlan
+from supervisor._policy import RestartPolicy
 
-__all__ = ["many_sessions", "restart", "resume_replay"]
+__all__ = ["many_sessions", "many_sessions_parked", "restart", "resume_replay"]
 
 REPLAY = 1000
 
@@ -135,3 +139,114 @@ async def restart(size: Size) -> list[Result]:
             {"p99_ms": pct(latencies, 0.99) * 1e3},
         )
     ]
+
+
+PARK_BATCH = 5_000  # live at once while creating: far below the kernel's thread limit
+REACTIVATIONS = 200
+BIG_JOURNAL_ROUNDS = 20
+
+
+class _ShiftedClock:
+    """The registry's clock, which the benchmark moves past the passivation limit."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.monotonic() + self.offset
+
+
+async def _park_all(door: Any, clock: _ShiftedClock, parked: int) -> None:
+    """Jump past the passivation limit, sweep, and wait until ``parked`` are parked."""
+    clock.offset += _PASSIVATE_AFTER_S + 1
+    await door.sweep()
+    while door.stats().parked < parked:
+        await trio.sleep(0.005)
+
+
+_PASSIVATE_AFTER_S = 30.0
+
+
+async def many_sessions_parked(size: Size) -> list[Result]:
+    """100,000 sessions (10x ``many_sessions``): create, detach, park; then wake some."""
+    n = size.many_sessions * 10
+    clock = _ShiftedClock()
+    gc.collect()
+    async with registry(clock=clock, passivate_after_s=_PASSIVATE_AFTER_S) as door:
+        before = _rss_bytes()
+        start = time.perf_counter()
+        for first in range(0, n, PARK_BATCH):
+            batch = [f"p{i}" for i in range(first, min(n, first + PARK_BATCH))]
+            async with trio.open_nursery() as nursery:
+                for sid in batch:
+                    nursery.start_soon(_create_detached, door, sid)
+            await _park_all(door, clock, first + len(batch))
+        create_and_park_s = time.perf_counter() - start
+        # Parked actors' threads end on their own; wait so the count is fair.
+        while threading.active_count() > 50 and time.perf_counter() - start < 600:
+            await trio.sleep(0.01)
+        gc.collect()
+        rss_per_parked = (_rss_bytes() - before) / n
+        threads_after = threading.active_count()
+        stats = door.stats()
+        wake = []
+        for i in range(0, n, max(1, n // REACTIVATIONS)):
+            began = time.perf_counter()
+            await door.has_attachment(f"p{i}")
+            wake.append(time.perf_counter() - began)
+        big = await _reactivate_with_journal(door, clock, stats.parked)
+    return [
+        Result(
+            "many_sessions_parked",
+            "s to create and park",
+            create_and_park_s,
+            None,
+            None,
+            None,
+            f"{n:,} in < 60 s; <= 4 KB each; p50 wake <= 2 ms (10 ms with 1,000 events)",
+            {
+                "sessions": float(stats.sessions),
+                "parked": float(stats.parked),
+                "create_and_park_s": create_and_park_s,
+                "rss_per_parked_session_kb": rss_per_parked / 1024,
+                "threads_after": float(threads_after),
+                "reactivate_p50_ms": pct(wake, 0.5) * 1e3,
+                "reactivate_1000_events_p50_ms": pct(big, 0.5) * 1e3,
+                "journal_bytes_per_retained_event": journal_bytes_per_event(),
+            },
+        )
+    ]
+
+
+def journal_bytes_per_event(events: int = 10_000) -> float:
+    """Python heap bytes one retained text-delta event holds (tracemalloc)."""
+    journal = EventJournal(max_bytes=BIG, ttl_s=600.0, clock=lambda: 0.0, strict=True)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(events):
+            journal.record({"type": "text.delta", "text": "hello, world", "i": i})
+        gc.collect()
+        return (tracemalloc.get_traced_memory()[0] - before) / events
+    finally:
+        tracemalloc.stop()
+
+
+async def _create_detached(door: Any, session_id: str) -> None:
+    await door.create(session_id, send=noop_send, close=noop_close)
+    await door.detach(session_id)
+
+
+async def _reactivate_with_journal(door: Any, clock: _ShiftedClock, parked: int) -> list[float]:
+    """Wake p50 of a session parked with 1,000 journaled events."""
+    await door.create("big", send=noop_send, close=noop_close)
+    await door.send_events("big", [{"i": i} for i in range(REPLAY)])
+    await door.detach("big")
+    times = []
+    for _ in range(BIG_JOURNAL_ROUNDS):
+        await _park_all(door, clock, parked + 1)
+        began = time.perf_counter()
+        await door.has_attachment("big")
+        times.append(time.perf_counter() - began)
+    return times

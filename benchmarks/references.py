@@ -4,7 +4,7 @@
   and back (``queue.SimpleQueue`` + ``TrioToken.run_sync_soon``), no work.
   Any actor design on CPython pays at least this per awaited call.
 * :class:`LockRegistry`: the seed's algorithm on trio, a lock per session
-  around journal + send, with our :class:`~actors.journal.EventJournal` so
+  around journal + send, with our :class:`~actors._journal.EventJournal` so
   both sides do the same journaling. It implements only what the scenarios
   measure and lives here, not in the library.
 """
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import trio
 
-from actors.credential import ResumeCredential, ResumeToken
-from actors.journal import EventJournal, JournalEntry
+from actors._credential import ResumeCredential, ResumeToken
+from actors._journal import EventJournal, JournalEntry
 
 __all__ = ["LockRegistry", "floor_round_trips"]
 
@@ -99,10 +99,12 @@ class LockRegistry:
             session = self._sessions[session_id]
         async with session.lock:
             async with self._lock:
-                entry = session.journal.record(payload)
+                # As the actors do: the live frame is the sequenced payload the
+                # journal hands back, not one decoded from the entry.
+                entry, frame = session.journal.record_framed(payload)
                 send = session.send
             if send is not None:
-                await send(dict(entry.payload))
+                await send(dict(frame))
             return entry
 
     async def acknowledge(self, session_id: str, sequence: int) -> int:
@@ -123,5 +125,5 @@ class LockRegistry:
                 session.send = send
             await send({"type": "session.resumed"})
             for entry in replay:
-                await send(dict(entry.payload))
+                await send(entry.fresh_payload())
             return token, replay

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import logging
 
-from actors.credential import ResumeToken
-from actors.errors import (
+from actors._credential import ResumeToken
+from actors._errors import (
     ActivationAbortedError,
     DuplicateSessionError,
     InvalidInputError,
@@ -36,23 +36,23 @@ from actors.errors import (
     SessionFailedError,
     UnknownSessionError,
 )
-from actors.journal import JournalEntry
-from actors.messages import (
+from actors._journal import JournalEntry
+from actors._messages import (
     DetachedAttachment,
     LifecycleEvent,
     ResumeResult,
     SessionCreated,
     TransportAttachment,
 )
-from supervisor.actor import RegistryStats
-from supervisor.async_door import AsyncSessionRegistry
-from supervisor.asyncio_registry import AsyncioSessionRegistry
-from supervisor.asyncio_registry import open_session_registry as open_asyncio_registry
-from supervisor.faults import FaultPlan, InjectedFaultError
-from supervisor.options import RegistryOptions
-from supervisor.policy import RestartPolicy
-from supervisor.threads import BlockingClose, BlockingSend, ThreadSessionRegistry
-from supervisor.trio_registry import TrioSessionRegistry, open_session_registry
+from supervisor._actor import RegistryStats
+from supervisor._async_door import AsyncSessionRegistry
+from supervisor._asyncio_registry import AsyncioSessionRegistry
+from supervisor._asyncio_registry import open_session_registry as open_asyncio_registry
+from supervisor._faults import FaultPlan, InjectedFaultError
+from supervisor._options import RegistryOptions
+from supervisor._policy import RestartPolicy
+from supervisor._threads import BlockingClose, BlockingSend, ThreadSessionRegistry
+from supervisor._trio_registry import TrioSessionRegistry, open_session_registry
 
 logging.getLogger("duplex_supervisor.supervisor").addHandler(logging.NullHandler())
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from supervisor.cli import main
+from supervisor._cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

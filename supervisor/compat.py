@@ -20,18 +20,18 @@ import threading
 import weakref
 from collections.abc import Callable
 
-from actors.credential import ResumeCredential, ResumeToken
-from actors.errors import InvalidResumeTokenError, JournalGapError, JournalOverflowError
-from actors.journal import EventJournal, JournalEntry
-from actors.messages import (
+from actors._credential import ResumeCredential, ResumeToken
+from actors._errors import InvalidResumeTokenError, JournalGapError, JournalOverflowError
+from actors._journal import EventJournal, JournalEntry
+from actors._messages import (
     DetachedAttachment,
     ResumeResult,
     SessionCreated,
     TransportAttachment,
 )
-from actors.ports import NO_WAITER
-from supervisor.actor import RegistryStats, SessionSystem
-from supervisor.asyncio_registry import AsyncioSessionRegistry
+from actors._ports import NO_WAITER
+from supervisor._actor import RegistryStats, SessionSystem
+from supervisor._asyncio_registry import AsyncioSessionRegistry
 
 #: How long the finalizer's thread waits for the sessions, then for the threads.
 _FINALIZER_WAIT_S = 10.0

@@ -40,11 +40,11 @@ from typing import Any
 import pytest
 import trio
 
-from supervisor.asyncio_registry import AsyncioSessionRegistry
-from supervisor.asyncio_registry import open_session_registry as open_asyncio_registry
-from supervisor.faults import FaultPlan
-from supervisor.threads import ThreadSessionRegistry
-from supervisor.trio_registry import TrioSessionRegistry, open_session_registry
+from supervisor._asyncio_registry import AsyncioSessionRegistry
+from supervisor._asyncio_registry import open_session_registry as open_asyncio_registry
+from supervisor._faults import FaultPlan
+from supervisor._threads import ThreadSessionRegistry
+from supervisor._trio_registry import TrioSessionRegistry, open_session_registry
 
 __all__ = ["FakeClock", "Gate", "Signal", "Wire", "registry_options"]
 

@@ -7,11 +7,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from actors.messages import LifecycleEvent
-from supervisor.faults import FaultPlan
-from supervisor.policy import RestartPolicy
+from actors._messages import LifecycleEvent
+from supervisor._faults import FaultPlan
+from supervisor._policy import RestartPolicy
+from supervisor._threads import ThreadSessionRegistry
 from supervisor.testing import FakeClock, Wire
-from supervisor.threads import ThreadSessionRegistry
 
 WAIT = 5.0
 
@@ -122,6 +122,7 @@ def registry(
     restart_policy: RestartPolicy | None = None,
     disconnect_grace_s: float | None = None,
     replay_ttl_s: float = 60.0,
+    passivate_after_s: float | None = 30.0,
 ) -> Iterator[ThreadSessionRegistry]:
     reg = ThreadSessionRegistry(
         replay_ttl_s=replay_ttl_s,
@@ -131,6 +132,7 @@ def registry(
         observer=observer,
         restart_policy=restart_policy,
         disconnect_grace_s=disconnect_grace_s,
+        passivate_after_s=passivate_after_s,
         timeout=WAIT,
     )
     try:

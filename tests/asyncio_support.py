@@ -16,9 +16,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
-from actors.credential import ResumeToken
-from actors.messages import LifecycleEvent
-from supervisor.asyncio_registry import AsyncioSessionRegistry, open_session_registry
+from actors._credential import ResumeToken
+from actors._messages import LifecycleEvent
+from supervisor._asyncio_registry import AsyncioSessionRegistry, open_session_registry
 from supervisor.compat import DuplexSessionAttachmentRegistry
 from supervisor.testing import FakeClock as FakeClock
 from supervisor.testing import Gate as Gate

@@ -41,7 +41,7 @@ from wsproto.events import (
     TextMessage,
 )
 
-from supervisor.cli_flags import SECRET_ENV
+from supervisor._cli_flags import SECRET_ENV
 
 #: Every attack test body runs under ``trio.fail_after(LIMIT)`` (real time).
 LIMIT = 30.0

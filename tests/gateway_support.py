@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 
 import trio
 
-from supervisor.gateway.engine import EngineConfig
-from supervisor.gateway.server import Gateway, GatewayConfig, serve_gateway
-from supervisor.gateway.wire_client import WireClient, WireClosedError
+from supervisor.gateway._engine import EngineConfig
+from supervisor.gateway._server import Gateway, GatewayConfig, serve_gateway
+from supervisor.gateway._wire_client import WireClient, WireClosedError
 
 #: Every async test body runs under ``trio.fail_after(LIMIT)`` (real time).
 LIMIT = 20.0

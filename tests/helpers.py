@@ -6,15 +6,15 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from actors.errors import SessionError
-from actors.journal import EventJournal, JournalEntry
-from actors.messages import (
+from actors._errors import SessionError
+from actors._journal import EventJournal, JournalEntry
+from actors._messages import (
     AuthenticateResume,
     HasAttachment,
     IsCurrentAttachment,
     Resume,
 )
-from actors.state import NO_FAILPOINTS, Failpoints, SessionConfig, SessionState, Transition
+from actors._state import NO_FAILPOINTS, Failpoints, SessionConfig, SessionState, Transition
 from supervisor.testing import FakeClock as FakeClock
 
 

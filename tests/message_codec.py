@@ -5,7 +5,7 @@ that carries commands between processes.
 
 ``to_dict(message)`` gives a dict of JSON values with a ``"type"`` key (the
 class name in snake case); ``from_dict(data, **bindings)`` builds the message
-back. Fields marked local in :mod:`actors.messages` (callables of this
+back. Fields marked local in :mod:`actors._messages` (callables of this
 process) are not encoded; pass them as ``bindings`` when decoding. A resume
 token travels as its plaintext, and only inside the dict returned: this
 module logs nothing and its errors never quote a value.
@@ -19,10 +19,10 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from actors import messages
-from actors.credential import ResumeToken
-from actors.errors import InvalidInputError
-from actors.journal import JournalEntry
+from actors import _messages as messages
+from actors._credential import ResumeToken
+from actors._errors import InvalidInputError
+from actors._journal import JournalEntry
 
 __all__ = ["CodecError", "from_dict", "message_types", "to_dict"]
 
@@ -129,7 +129,7 @@ def from_dict(data: Mapping[str, object], **bindings: object) -> Any:
 
     A binding also stands in for a field whose encoded message has local
     fields of its own, which a nested decode could not supply: a
-    :class:`~actors.messages.ResumeResult`'s ``replaced_attachment``.
+    :class:`~actors._messages.ResumeResult`'s ``replaced_attachment``.
     """
     if not isinstance(data, Mapping):
         raise CodecError("a message must be a JSON object")

@@ -21,11 +21,12 @@ from hypothesis import note
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, rule
 
-from actors.messages import SessionCreated
+from actors._messages import SessionCreated
 from tests.model import Fail
 from tests.model_support import (
     ACTIVATION_KINDS,
     CRASHED,
+    LIFECYCLE_FAILPOINTS,
     LIMIT,
     RARELY,
     ROLLED_BACK,
@@ -346,6 +347,25 @@ class RegistryMachine(MachineCore):
         if real is not CRASHED:
             self.check("sweep", real, None)
             self.model.sweep()
+
+    @rule(
+        sid=SID,
+        crash=st.one_of(st.none(), st.sampled_from(LIFECYCLE_FAILPOINTS)),
+        supervisor_crash=RARELY,
+    )
+    def park_and_wake(self, *, sid: str, crash: str | None, supervisor_crash: bool) -> None:
+        """A sweep without a clock jump parks every idle detached session (passivation
+        is on with no delay); the next call wakes ``sid``. A crash while parking
+        leaves it live, one while waking is restarted: neither is seen by a caller."""
+        self.arm(None, supervisor_crash)
+        if crash is not None:  # never the caller's crash: armed beside arm()
+            self.plan.crash(crash, session_id=sid)
+        _, real = self.ask("sweep", "", "sweep")
+        if real is not CRASHED:
+            self.check("sweep", real, None)
+            self.model.sweep()
+        _, real = self.ask("has_attachment", sid, "has_attachment", sid)
+        self.check("has_attachment", real, self.model.has_attachment(sid))
 
     @rule(sid=SID)
     def audit_journal(self, *, sid: str) -> None:

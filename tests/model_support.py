@@ -22,17 +22,17 @@ from hypothesis import note
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant
 
-import actors.errors as err
-from actors.credential import ResumeToken
-from actors.journal import JournalEntry
-from actors.messages import (
+import actors._errors as err
+from actors._credential import ResumeToken
+from actors._journal import JournalEntry
+from actors._messages import (
     DetachedAttachment,
     LifecycleEvent,
     ResumeResult,
     SessionCreated,
     TransportAttachment,
 )
-from supervisor.faults import FaultPlan
+from supervisor._faults import FaultPlan
 from supervisor.testing import Wire
 from tests.model import Answer, Fail, RegistryModel, WireModel, cost_of
 
@@ -40,6 +40,10 @@ TTL, MAX_BYTES, START = 10.0, 400, 1000.0
 LIMIT = 10.0  # real seconds any one call may take before the test calls it hung
 SEND_TIMEOUT = 0.02  # the trio door's: only an injected hang ever reaches it
 SIDS = ("a", "b")
+#: Every sweep parks every detached, idle session; the model knows nothing of
+#: it, so each answer after a sweep shows that parking is invisible.
+PASSIVATE_AFTER_S = 0.0
+LIFECYCLE_FAILPOINTS = FaultPlan.lifecycle_failpoint_names()
 FAILPOINTS = FaultPlan.failpoint_names()
 Crash = tuple[str, str] | None  # (failpoint, session) armed for one step
 DoorCall = tuple[str, tuple[Any, ...], dict[str, Any]]

@@ -24,10 +24,10 @@ from typing import Any
 
 import trio
 
-from supervisor.faults import FaultPlan
-from supervisor.gateway.engine import EngineConfig
-from supervisor.gateway.server import Gateway, GatewayConfig, serve_gateway
-from supervisor.gateway.wire_client import WireClient, WireClosedError
+from supervisor._faults import FaultPlan
+from supervisor.gateway._engine import EngineConfig
+from supervisor.gateway._server import Gateway, GatewayConfig, serve_gateway
+from supervisor.gateway._wire_client import WireClient, WireClosedError
 
 Frame = dict[str, object]
 

@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from actors.errors import SessionCrashedError
-from supervisor.faults import FaultPlan
+from actors._errors import SessionCrashedError
+from supervisor._faults import FaultPlan
 from tests.actor_support import WAIT, Background, Wire, registry
 
 SENDERS = 8

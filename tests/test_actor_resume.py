@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from actors.errors import InvalidResumeTokenError
-from supervisor.threads import ThreadSessionRegistry
+from actors._errors import InvalidResumeTokenError
+from supervisor._threads import ThreadSessionRegistry
 from tests.actor_support import WAIT, Background, Wire, activation, registry
 
 

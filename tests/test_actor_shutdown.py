@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from actors.errors import RegistryClosedError
-from supervisor.threads import ThreadSessionRegistry
+from actors._errors import RegistryClosedError
+from supervisor._threads import ThreadSessionRegistry
 from tests.actor_support import WAIT, Background, FakeClock, Wire
 
 

@@ -6,9 +6,9 @@ import logging
 
 import pytest
 
-from actors.errors import SessionCrashedError
-from actors.messages import LifecycleEvent
-from supervisor.faults import FaultPlan, InjectedFaultError
+from actors._errors import SessionCrashedError
+from actors._messages import LifecycleEvent
+from supervisor._faults import FaultPlan, InjectedFaultError
 from tests.actor_support import Events, Wire, activation, registry
 
 

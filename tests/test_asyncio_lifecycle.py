@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
-from actors.ports import NO_WAITER
+from actors._ports import NO_WAITER
 from supervisor import InvalidResumeTokenError, SessionError
-from supervisor.asyncio_registry import AsyncioSessionRegistry
-from supervisor.faults import FaultPlan
+from supervisor._asyncio_registry import AsyncioSessionRegistry
+from supervisor._faults import FaultPlan
 from tests.asyncio_support import Events, TokenCatcher, Wire, door, duplex_threads, run, spin
 
 

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import trio
 
-from supervisor.cli_flags import SECRET_ENV, parser
-from supervisor.gateway.server import GatewayConfig
-from supervisor.gateway.wire_client import WireClient
+from supervisor._cli_flags import SECRET_ENV, parser
+from supervisor.gateway._server import GatewayConfig
+from supervisor.gateway._wire_client import WireClient
 from tests.gateway_support import LIMIT, read_until, read_until_closed, running_gateway
 
 MODULE = [sys.executable, "-m", "supervisor"]

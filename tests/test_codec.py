@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from actors import messages as m
-from actors.credential import ResumeToken
-from actors.errors import InvalidInputError
-from actors.journal import JournalEntry
+from actors import _messages as m
+from actors._credential import ResumeToken
+from actors._errors import InvalidInputError
+from actors._journal import JournalEntry
 from tests.helpers import (
     activation_payload,
     auth,

@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-import actors.credential
-import actors.errors
-import actors.journal
-import actors.messages
+import actors._credential
+import actors._errors
+import actors._journal
+import actors._messages
 from supervisor import compat
-from supervisor.asyncio_registry import AsyncioSessionRegistry
+from supervisor._asyncio_registry import AsyncioSessionRegistry
 from supervisor.compat import (
     DuplexDetachedAttachment,
     DuplexSessionAttachmentCreated,
@@ -33,18 +33,18 @@ from tests.asyncio_support import FakeClock, Wire, run, seed_registry
 
 #: The seed module's public names and the class of ours each must be (or subclass).
 SEED_NAMES: dict[str, type] = {
-    "DuplexEventJournal": actors.journal.EventJournal,
-    "DuplexJournalGapError": actors.errors.JournalGapError,
-    "DuplexJournalOverflowError": actors.errors.JournalOverflowError,
-    "DuplexResumeCredential": actors.credential.ResumeCredential,
-    "DuplexSessionAttachmentCreated": actors.messages.SessionCreated,
-    "DuplexDetachedAttachment": actors.messages.DetachedAttachment,
+    "DuplexEventJournal": actors._journal.EventJournal,
+    "DuplexJournalGapError": actors._errors.JournalGapError,
+    "DuplexJournalOverflowError": actors._errors.JournalOverflowError,
+    "DuplexResumeCredential": actors._credential.ResumeCredential,
+    "DuplexSessionAttachmentCreated": actors._messages.SessionCreated,
+    "DuplexDetachedAttachment": actors._messages.DetachedAttachment,
     "DuplexSessionAttachmentRegistry": AsyncioSessionRegistry,
-    "DuplexSessionResumeResult": actors.messages.ResumeResult,
-    "DuplexTransportAttachment": actors.messages.TransportAttachment,
-    "InvalidResumeTokenError": actors.errors.InvalidResumeTokenError,
-    "JournalEntry": actors.journal.JournalEntry,
-    "ResumeToken": actors.credential.ResumeToken,
+    "DuplexSessionResumeResult": actors._messages.ResumeResult,
+    "DuplexTransportAttachment": actors._messages.TransportAttachment,
+    "InvalidResumeTokenError": actors._errors.InvalidResumeTokenError,
+    "JournalEntry": actors._journal.JournalEntry,
+    "ResumeToken": actors._credential.ResumeToken,
 }
 
 #: The built-in base the seed's class had, where it had one.
@@ -61,7 +61,7 @@ def test_every_seed_name_is_importable_and_ours(name: str) -> None:
     assert name in compat.__all__
     assert issubclass(seed_class, SEED_NAMES[name])
     assert issubclass(seed_class, SEED_BASES.get(name, object))
-    assert issubclass(seed_class, actors.errors.SessionError) == (name in SEED_BASES)
+    assert issubclass(seed_class, actors._errors.SessionError) == (name in SEED_BASES)
 
 
 def test_seed_result_classes_take_positional_fields_as_in_the_seed() -> None:

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from actors.credential import ResumeCredential, ResumeToken, token_digest
+from actors._credential import ResumeCredential, ResumeToken, token_digest
 
 URL_SAFE = re.compile(r"^[A-Za-z0-9_-]+$")
 

@@ -16,7 +16,7 @@ import threading
 import pytest
 import trio
 
-from actors.errors import RegistryClosedError
+from actors._errors import RegistryClosedError
 from supervisor import ThreadSessionRegistry, open_asyncio_registry, open_session_registry
 from supervisor.compat import DuplexSessionAttachmentRegistry
 from supervisor.testing import Wire, registry_options

@@ -9,7 +9,7 @@ import asyncio
 import pytest
 import trio
 
-from actors.errors import SessionError, UnknownSessionError
+from actors._errors import SessionError, UnknownSessionError
 from supervisor import (
     AsyncSessionRegistry,
     ThreadSessionRegistry,

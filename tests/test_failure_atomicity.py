@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from actors.credential import ResumeToken
-from actors.errors import SessionError
-from actors.journal import JournalEntry
-from actors.messages import (
+from actors._credential import ResumeToken
+from actors._errors import SessionError
+from actors._journal import JournalEntry
+from actors._messages import (
     AbortResume,
     Acknowledge,
     ActivationOutcome,
@@ -36,7 +36,7 @@ from actors.messages import (
     SettleLeaseGeneration,
     Tick,
 )
-from actors.state import FAILPOINTS
+from actors._state import FAILPOINTS
 from tests.helpers import World, activation_payload, auth, ok, open_world, resume_command
 
 

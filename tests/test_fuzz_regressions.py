@@ -23,10 +23,10 @@ import json
 import pytest
 import trio
 
-from supervisor.faults import FaultPlan
-from supervisor.gateway.engine import EngineConfig
-from supervisor.gateway.server import Gateway, GatewayConfig
-from supervisor.gateway.wire_client import WireClient
+from supervisor._faults import FaultPlan
+from supervisor.gateway._engine import EngineConfig
+from supervisor.gateway._server import Gateway, GatewayConfig
+from supervisor.gateway._wire_client import WireClient
 from tests.soak_support import (
     Frame,
     contiguous,

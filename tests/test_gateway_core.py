@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from supervisor.gateway.auth import Handshake, TrustedProxies, bearer_secret, client_address
-from supervisor.gateway.config import GatewayConfig
-from supervisor.gateway.core import (
+from supervisor.gateway._auth import Handshake, TrustedProxies, bearer_secret, client_address
+from supervisor.gateway._config import GatewayConfig
+from supervisor.gateway._core import (
     AnswerInput,
     CallAck,
     CloseSocket,
@@ -25,8 +25,8 @@ from supervisor.gateway.core import (
     SendDirect,
     Throttles,
 )
-from supervisor.gateway.engine import load_engine_factory
-from supervisor.gateway.protocol import OpenSession, ProtocolError
+from supervisor.gateway._engine import load_engine_factory
+from supervisor.gateway._protocol import OpenSession, ProtocolError
 
 CONFIG = GatewayConfig(
     handshake_timeout_s=5, ping_interval_s=10, idle_timeout_s=30, max_inputs_per_second=2
@@ -219,12 +219,12 @@ def test_engine_factories_are_named_module_colon_attribute() -> None:
 
 
 def test_the_core_and_what_it_imports_do_no_io() -> None:
-    """core.py reaches only the pure gateway modules, and those no runtime of I/O."""
+    """_core.py reaches only the pure gateway modules, and those no runtime of I/O."""
     import ast
     from pathlib import Path
 
     gateway = Path(__file__).resolve().parent.parent / "supervisor" / "gateway"
-    pure = {"core", "config", "limits", "protocol"}
+    pure = {"_core", "_config", "_limits", "_protocol"}
     forbidden = {"trio", "anyio", "asyncio", "sniffio", "threading", "socket", "pykka"}
     for name in pure:
         tree = ast.parse((gateway / f"{name}.py").read_text())

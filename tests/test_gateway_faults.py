@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import trio
 
-from supervisor.faults import FaultPlan
-from supervisor.gateway.protocol import CLOSE_CODES
-from supervisor.gateway.server import GatewayConfig, serve_gateway
-from supervisor.gateway.wire_client import WireClient
+from supervisor._faults import FaultPlan
+from supervisor.gateway._protocol import CLOSE_CODES
+from supervisor.gateway._server import GatewayConfig, serve_gateway
+from supervisor.gateway._wire_client import WireClient
 from tests.gateway_support import LIMIT, read_until, read_until_closed, seqs
 
 

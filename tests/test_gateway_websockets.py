@@ -16,8 +16,8 @@ import trio
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from supervisor.gateway.protocol import CLOSE_CODES, REPLACED_CLOSE_CODE
-from supervisor.gateway.server import Gateway, GatewayConfig
+from supervisor.gateway._protocol import CLOSE_CODES, REPLACED_CLOSE_CODE
+from supervisor.gateway._server import Gateway, GatewayConfig
 from tests.gateway_support import LIMIT, Frame, contiguous, running_gateway, seq_of
 
 #: The asyncio side's own limit, below the test's: a hung thread cannot be cancelled.

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from actors.errors import (
+from actors._errors import (
     InvalidSequenceError,
     JournalGapError,
     JournalOverflowError,
     SessionError,
 )
-from actors.journal import EventJournal
+from actors._journal import EventJournal
 from tests.helpers import FakeClock, make_journal, sequences
 
 # -- the seed's behaviour ---------------------------------------------------------

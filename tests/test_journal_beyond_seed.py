@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 from typing import Any
 
 import pytest
 
-from actors import journal as journal_module
-from actors.errors import (
+from actors import _journal as journal_module
+from actors._errors import (
     InvalidPayloadError,
     InvalidSequenceError,
     JournalGapError,
     JournalOverflowError,
     SessionError,
 )
-from actors.journal import EventJournal
+from actors._journal import EventJournal, JournalEntry
 from tests.helpers import FakeClock, make_journal, sequences
 
 
@@ -252,3 +253,49 @@ def test_check_invariants_detects_corrupted_byte_count() -> None:
     journal._retained_bytes += 1
     with pytest.raises(AssertionError, match="retained_bytes"):
         journal.check_invariants()
+
+
+# -- what a retained event keeps -------------------------------------------------
+
+
+def test_a_retained_event_keeps_its_bytes_not_its_dict() -> None:
+    journal = make_journal()
+    entry = journal.record({"type": "text.delta", "text": "héllo"})
+    held = gc.get_referents(entry)
+    assert not any(isinstance(x, dict) for x in held)
+    assert entry.encoded in held
+    assert entry.encoded_bytes == len(entry.encoded)
+    # The payload is rebuilt from the bytes, fresh each time, read-only.
+    assert dict(entry.payload) == {"type": "text.delta", "text": "héllo", "server_event_seq": 1}
+    first, second = entry.fresh_payload(), entry.fresh_payload()
+    assert first == second and first is not second
+    with pytest.raises(TypeError):
+        entry.payload["text"] = "x"  # type: ignore[index]
+    with pytest.raises(AttributeError):
+        entry.sequence = 2
+
+
+def test_payloads_json_would_change_are_kept_exactly() -> None:
+    class Tag(str):
+        pass
+
+    strict = make_journal()
+    with_tuple = strict.record({"point": (1, 2)})
+    assert with_tuple.payload["point"] == (1, 2)
+    with_subclass = strict.record({"tag": Tag("x")})
+    assert type(with_subclass.payload["tag"]) is Tag
+    lenient = make_journal(strict=False)
+    odd_keys = lenient.record({1: "one", None: "none"})  # type: ignore[dict-item]
+    assert dict(odd_keys.payload) == {1: "one", None: "none", "server_event_seq": 1}
+    # The byte count is the seed's either way: the compact JSON's UTF-8 length.
+    assert odd_keys.encoded_bytes == len(b'{"1":"one","null":"none","server_event_seq":1}')
+    assert [e.sequence for e in lenient.replay_after(0)] == [1]
+
+
+def test_the_seed_constructor_keeps_what_it_is_given() -> None:
+    entry = JournalEntry(1, 0.0, 3, {"a": 1})
+    assert entry.payload == {"a": 1}
+    assert entry == JournalEntry(1, 0.0, 3, {"a": 1})
+    assert entry != JournalEntry(1, 0.0, 3, {"a": 2})
+    with pytest.raises(TypeError):
+        JournalEntry(1, 0.0, 3)

@@ -14,14 +14,23 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
-from actors.errors import SessionCrashedError
-from supervisor.actor import SessionSystem, SupervisorActor
-from supervisor.faults import FaultPlan
-from supervisor.policy import RestartPolicy
-from supervisor.threads import ThreadSessionRegistry
+from actors._errors import SessionCrashedError
+from supervisor._actor import SessionSystem, SupervisorActor
+from supervisor._faults import FaultPlan
+from supervisor._policy import RestartPolicy
+from supervisor._threads import ThreadSessionRegistry
 from tests.helpers import ThreadReply
 from tests.model_machine import RegistryMachine
-from tests.model_support import LIMIT, MAX_BYTES, START, TTL, DoorCall, ModelWire, Observer
+from tests.model_support import (
+    LIMIT,
+    MAX_BYTES,
+    PASSIVATE_AFTER_S,
+    START,
+    TTL,
+    DoorCall,
+    ModelWire,
+    Observer,
+)
 
 
 class ThreadDoor:
@@ -35,6 +44,7 @@ class ThreadDoor:
             faults=plan,
             observer=observer,
             restart_policy=RestartPolicy(max_restarts=10_000),
+            passivate_after_s=PASSIVATE_AFTER_S,
             sweep_interval_s=None,  # sweeps only when a rule asks
             timeout=LIMIT,
         )

@@ -14,13 +14,14 @@ from typing import Any
 import trio
 from hypothesis import settings
 
-from supervisor.faults import FaultPlan
-from supervisor.policy import RestartPolicy
-from supervisor.trio_registry import TrioSessionRegistry, open_session_registry
+from supervisor._faults import FaultPlan
+from supervisor._policy import RestartPolicy
+from supervisor._trio_registry import TrioSessionRegistry, open_session_registry
 from tests.model_machine import RegistryMachine
 from tests.model_support import (
     LIMIT,
     MAX_BYTES,
+    PASSIVATE_AFTER_S,
     SEND_TIMEOUT,
     START,
     TTL,
@@ -62,6 +63,7 @@ class TrioDoor:
             faults=self._plan,
             observer=self._observer,
             restart_policy=RestartPolicy(max_restarts=10_000),
+            passivate_after_s=PASSIVATE_AFTER_S,
             sweep_interval_s=None,  # sweeps only when a rule asks
             send_timeout_s=SEND_TIMEOUT,
         ) as registry:

@@ -57,7 +57,7 @@ def test_every_listed_name_is_rendered_in_the_reference(package: str) -> None:
 
 def test_the_trio_door_is_supervisor_open_session_registry() -> None:
     import supervisor
-    from supervisor.trio_registry import open_session_registry
+    from supervisor._trio_registry import open_session_registry
 
     assert supervisor.open_session_registry is open_session_registry
 
@@ -96,3 +96,24 @@ def test_every_public_name_and_method_has_a_docstring(package: str) -> None:
                 if not _documented(member):
                     missing.append(f"{name}.{attribute}")
     assert missing == []
+
+
+PUBLIC_MODULES = {
+    "supervisor.compat",
+    "supervisor.testing",
+    "supervisor.gateway.asgi",
+}
+
+
+def test_every_implementation_module_is_private() -> None:
+    """A module is public only if docs/api.md names it; the rest start with ``_``."""
+    root = Path(__file__).resolve().parent.parent
+    named = set(re.findall(r"`(supervisor(?:\.\w+)+)`", API.read_text(encoding="utf-8")))
+    for package in PACKAGES:
+        folder = root.joinpath(*package.split("."))
+        for path in folder.glob("*.py"):
+            dotted = f"{package}.{path.stem}"
+            if path.stem.startswith("_"):
+                continue
+            assert dotted in PUBLIC_MODULES, f"{dotted} is public but not one of the documented"
+            assert dotted in named, f"{dotted} is not named in docs/api.md"

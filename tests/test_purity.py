@@ -16,13 +16,21 @@ import pytest
 import actors
 
 PACKAGE_DIR = Path(actors.__file__).parent
-PURE_MODULES = ("state", "transition", "journal", "credential", "messages")
+PURE_MODULES = (
+    "_state",
+    "_transition",
+    "_journal",
+    "_credential",
+    "_messages",
+    "_lifecycle",
+    "_counters",
+)
 FORBIDDEN = frozenset({"pykka", "trio", "asyncio", "threading"})
 DYNAMIC_IMPORTERS = frozenset({"import_module", "__import__"})
 
 
 def _package_module(dotted: str) -> str | None:
-    """``actors.x.y`` -> ``x`` when it names a module file of the package."""
+    """``actors._x.y`` -> ``_x`` when it names a module file of the package."""
     parts = dotted.split(".")
     if parts[0] != "actors":
         return None
@@ -91,13 +99,15 @@ def test_pure_module_imports_no_concurrency_runtime_even_transitively(module: st
 def test_pure_modules_never_reach_the_actor_or_supervisor_layers() -> None:
     for module in PURE_MODULES:
         reached = closure(module)
-        assert "session" not in reached and "ports" not in reached, module
+        assert "_session" not in reached and "_ports" not in reached, module
         assert all("supervisor" not in external for external in reached.values()), module
 
 
 def test_closure_follows_the_core_through_the_package() -> None:
-    assert {"journal", "errors", "credential", "messages", "transition"} <= set(closure("state"))
-    assert {"journal", "credential"} <= set(closure("messages"))
+    assert {"_journal", "_errors", "_credential", "_messages", "_transition"} <= set(
+        closure("_state")
+    )
+    assert {"_journal", "_credential"} <= set(closure("_messages"))
 
 
 @pytest.mark.parametrize(
@@ -120,12 +130,12 @@ def test_the_checker_sees_forbidden_imports(source: str, expected: set[str]) -> 
 @pytest.mark.parametrize(
     ("source", "expected"),
     [
-        ("from actors.journal import EventJournal", {"journal"}),
-        ("import actors.state", {"state"}),
-        ("from actors import messages, errors", {"messages", "errors"}),
+        ("from actors._journal import EventJournal", {"_journal"}),
+        ("import actors._state", {"_state"}),
+        ("from actors import _messages, _errors", {"_messages", "_errors"}),
         ("from actors import logger", {"__init__"}),
-        ("from . import journal", {"journal"}),
-        ("from .credential import ResumeToken", {"credential"}),
+        ("from . import _journal", {"_journal"}),
+        ("from ._credential import ResumeToken", {"_credential"}),
     ],
 )
 def test_the_checker_follows_package_imports(source: str, expected: set[str]) -> None:

@@ -23,13 +23,13 @@ import json
 import pytest
 import trio
 
-from actors.credential import ResumeToken
-from actors.errors import InvalidResumeTokenError
-from actors.state import SessionState
-from supervisor.gateway.engine import EngineConfig
-from supervisor.gateway.server import Gateway, GatewayConfig
-from supervisor.gateway.wire_client import WireClient
-from supervisor.trio_registry import TrioSessionRegistry
+from actors._credential import ResumeToken
+from actors._errors import InvalidResumeTokenError
+from actors._state import SessionState
+from supervisor._trio_registry import TrioSessionRegistry
+from supervisor.gateway._engine import EngineConfig
+from supervisor.gateway._server import Gateway, GatewayConfig
+from supervisor.gateway._wire_client import WireClient
 from tests.soak_support import (
     Frame,
     contiguous,

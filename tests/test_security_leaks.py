@@ -30,11 +30,11 @@ from typing import Any
 import pytest
 import trio
 
-from supervisor.faults import FaultPlan
-from supervisor.gateway.chaos import ChaosConfig, run_chaos
-from supervisor.gateway.engine import EngineConfig
-from supervisor.gateway.server import Gateway, GatewayConfig
-from supervisor.gateway.wire_client import WireClient, WireClosedError
+from supervisor._faults import FaultPlan
+from supervisor.gateway._chaos import ChaosConfig, run_chaos
+from supervisor.gateway._engine import EngineConfig
+from supervisor.gateway._server import Gateway, GatewayConfig
+from supervisor.gateway._wire_client import WireClient, WireClosedError
 from tests.soak_support import Frame, fresh_address, patched, record_figures, serving
 
 MODULES = ("actors", "supervisor", "pykka")

@@ -38,10 +38,10 @@ import threading
 import pytest
 import trio
 
-from supervisor.faults import FaultPlan
-from supervisor.gateway.chaos import ChaosConfig, ClientReport, run_chaos
-from supervisor.gateway.engine import EngineConfig
-from supervisor.gateway.server import Gateway, GatewayConfig
+from supervisor._faults import FaultPlan
+from supervisor.gateway._chaos import ChaosConfig, ClientReport, run_chaos
+from supervisor.gateway._engine import EngineConfig
+from supervisor.gateway._server import Gateway, GatewayConfig
 from tests.soak_support import Sample, record_figures, sample_resources, serving
 
 DURATION_S = float(os.environ.get("DUPLEX_SOAK_SECONDS", "100"))

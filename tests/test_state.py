@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from actors.errors import (
+from actors._errors import (
     InvalidInputError,
     InvalidPayloadError,
     InvalidSequenceError,
@@ -21,8 +21,8 @@ from actors.errors import (
     SessionError,
     UnknownSessionError,
 )
-from actors.journal import JournalEntry
-from actors.messages import (
+from actors._journal import JournalEntry
+from actors._messages import (
     Acknowledge,
     ActivationOutcome,
     AuthenticateResume,
@@ -44,7 +44,7 @@ from actors.messages import (
     Tick,
     TickResult,
 )
-from actors.state import SessionConfig, SessionState
+from actors._state import SessionConfig, SessionState
 from tests.helpers import (
     FakeClock,
     World,

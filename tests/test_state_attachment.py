@@ -8,7 +8,7 @@ move forward.
 
 from __future__ import annotations
 
-from actors.messages import (
+from actors._messages import (
     BeginResume,
     DetachedAttachment,
     EndResume,

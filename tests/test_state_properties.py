@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from actors.errors import (
+from actors._errors import (
     InvalidResumeTokenError,
     InvalidSequenceError,
     JournalGapError,
@@ -17,8 +17,8 @@ from actors.errors import (
     SessionError,
     UnknownSessionError,
 )
-from actors.journal import EventJournal
-from actors.messages import (
+from actors._journal import EventJournal
+from actors._messages import (
     Acknowledge,
     ActivationOutcome,
     BeginResume,
@@ -36,7 +36,7 @@ from actors.messages import (
     SettleLeaseGeneration,
     Tick,
 )
-from actors.state import SessionConfig, SessionState, Transition
+from actors._state import SessionConfig, SessionState, Transition
 from tests.helpers import FakeClock, activation_payload, make_journal, wire_close, wire_send
 
 TTL = 5.0

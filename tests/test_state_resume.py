@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from actors.errors import InvalidResumeTokenError, InvalidSequenceError, JournalGapError
-from actors.messages import (
+from actors._errors import InvalidResumeTokenError, InvalidSequenceError, JournalGapError
+from actors._messages import (
     AbortResume,
     Acknowledge,
     Activate,
@@ -29,7 +29,7 @@ from actors.messages import (
     SettleLeaseGeneration,
     TransportAttachment,
 )
-from actors.state import Transition
+from actors._state import Transition
 from tests.helpers import (
     World,
     activation_payload,

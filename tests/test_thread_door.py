@@ -8,11 +8,11 @@ import threading
 
 import pytest
 
-from actors.errors import SendTimeoutError, UnknownSessionError
-from actors.messages import LifecycleEvent
-from supervisor.faults import FaultPlan
+from actors._errors import SendTimeoutError, UnknownSessionError
+from actors._messages import LifecycleEvent
+from supervisor._faults import FaultPlan
+from supervisor._threads import ThreadSessionRegistry
 from supervisor.testing import Wire
-from supervisor.threads import ThreadSessionRegistry
 
 WAIT = 10.0
 

@@ -12,7 +12,7 @@ import logging
 import pytest
 import trio
 
-from actors.messages import LifecycleEvent
+from actors._messages import LifecycleEvent
 from tests.trio_support import LIMIT, Wire, registry
 
 

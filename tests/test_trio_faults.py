@@ -9,7 +9,7 @@ import trio
 import trio.testing
 
 from supervisor import SendTimeoutError
-from supervisor.faults import FaultPlan
+from supervisor._faults import FaultPlan
 from tests.trio_support import LIMIT, Events, Outcome, Wire, activation, registry, settled
 
 

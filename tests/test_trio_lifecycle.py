@@ -16,7 +16,7 @@ from supervisor import (
     RegistryClosedError,
     SendTimeoutError,
 )
-from supervisor.trio_registry import TrioSessionRegistry
+from supervisor._trio_registry import TrioSessionRegistry
 from tests.trio_support import (
     LIMIT,
     Events,

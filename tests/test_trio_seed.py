@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import trio
 
-from actors.journal import JournalEntry
+from actors._journal import JournalEntry
 from supervisor import (
     DuplicateSessionError,
     InvalidResumeTokenError,

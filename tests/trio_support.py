@@ -17,13 +17,13 @@ from typing import Any
 import trio
 import trio.testing
 
-from actors.credential import ResumeToken
-from actors.messages import LifecycleEvent
+from actors._credential import ResumeToken
+from actors._messages import LifecycleEvent
+from supervisor._trio_registry import TrioSessionRegistry, open_session_registry
 from supervisor.testing import FakeClock as FakeClock
 from supervisor.testing import Gate as Gate
 from supervisor.testing import Wire as Wire
 from supervisor.testing import registry_options
-from supervisor.trio_registry import TrioSessionRegistry, open_session_registry
 
 #: Every test body runs under ``trio.fail_after(LIMIT)`` (real time).
 LIMIT = 10.0

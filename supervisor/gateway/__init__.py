@@ -1,6 +1,6 @@
 """The gateway: resumable sessions over WebSocket, as a server or an ASGI app.
 
-Three layers: a sans-I/O protocol core (:mod:`supervisor.gateway.core`), thin
+Three layers: a sans-I/O protocol core (:mod:`supervisor.gateway._core`), thin
 shells (the trio server :func:`serve_gateway`, the ASGI app :class:`GatewayApp`),
 and the engine and auth behind small protocols (:class:`Engine`,
 ``authenticate``) that you implement.
@@ -8,11 +8,11 @@ and the engine and auth behind small protocols (:class:`Engine`,
 
 from __future__ import annotations
 
+from supervisor.gateway._auth import Handshake, Unauthorized, bearer_secret
+from supervisor.gateway._config import GatewayConfig
+from supervisor.gateway._engine import DemoEngine, Engine, EngineConfig, EngineSession, SessionEnded
+from supervisor.gateway._server import Gateway, serve_gateway
 from supervisor.gateway.asgi import GatewayApp
-from supervisor.gateway.auth import Handshake, Unauthorized, bearer_secret
-from supervisor.gateway.config import GatewayConfig
-from supervisor.gateway.engine import DemoEngine, Engine, EngineConfig, EngineSession, SessionEnded
-from supervisor.gateway.server import Gateway, serve_gateway
 
 __all__ = [
     "DemoEngine",

@@ -1,8 +1,8 @@
 """The ASGI shell: the gateway as an ASGI application (uvicorn, Hypercorn, FastAPI, Starlette).
 
 :class:`GatewayApp` speaks the same ``/v1`` protocol as the trio server (the
-protocol is :mod:`supervisor.gateway.core`, run by
-:class:`~supervisor.gateway.service.GatewayService`) and answers
+protocol is :mod:`supervisor.gateway._core`, run by
+:class:`~supervisor.gateway._service.GatewayService`) and answers
 ``GET /healthz``, ``/readyz`` and ``/metrics``. Paths are relative to where
 it is mounted. Its registry is the door of the loop it runs on: the asyncio
 door under uvicorn (or any asyncio server), the trio door under Hypercorn's
@@ -35,18 +35,18 @@ import anyio
 import anyio.abc
 import sniffio
 
-from actors.messages import LifecycleEvent
-from supervisor.async_door import AsyncSessionRegistry
-from supervisor.faults import FaultPlan
-from supervisor.gateway.auth import Authenticate, Handshake, TrustedProxies, client_address
-from supervisor.gateway.config import GatewayConfig
-from supervisor.gateway.core import TransportClosedError
-from supervisor.gateway.engine import DemoEngine, Engine
-from supervisor.gateway.limits import AddressCounter
-from supervisor.gateway.operations import http_routes
-from supervisor.gateway.registry import open_registry
-from supervisor.gateway.service import GatewayService
-from supervisor.options import RegistryOptions
+from actors._messages import LifecycleEvent
+from supervisor._async_door import AsyncSessionRegistry
+from supervisor._faults import FaultPlan
+from supervisor._options import RegistryOptions
+from supervisor.gateway._auth import Authenticate, Handshake, TrustedProxies, client_address
+from supervisor.gateway._config import GatewayConfig
+from supervisor.gateway._core import TransportClosedError
+from supervisor.gateway._engine import DemoEngine, Engine
+from supervisor.gateway._limits import AddressCounter
+from supervisor.gateway._operations import http_routes
+from supervisor.gateway._registry import open_registry
+from supervisor.gateway._service import GatewayService
 
 __all__ = ["GatewayApp"]
 
@@ -111,11 +111,11 @@ class _AsgiWebSocket:
 class GatewayApp:
     """An ASGI application serving the gateway; see the module docstring.
 
-    ``engine``: your :class:`~supervisor.gateway.engine.Engine` (default: a
-    :class:`~supervisor.gateway.engine.DemoEngine`). ``authenticate``: a hook
-    given each handshake (:mod:`supervisor.gateway.auth`). ``registry_options``:
+    ``engine``: your :class:`~supervisor.gateway._engine.Engine` (default: a
+    :class:`~supervisor.gateway._engine.DemoEngine`). ``authenticate``: a hook
+    given each handshake (:mod:`supervisor.gateway._auth`). ``registry_options``:
     the registry's :class:`~supervisor.RegistryOptions` (see
-    :mod:`supervisor.gateway.registry`).
+    :mod:`supervisor.gateway._registry`).
     """
 
     def __init__(

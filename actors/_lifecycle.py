@@ -1,0 +1,209 @@
+"""A session's phases, the commands each accepts, and what a gone session answers.
+
+In the spirit of h11's transition tables: the rules that decide *whether* a
+command is handled now, held back, or answered as for an unknown session are
+data here, not branches in the actor. :class:`ResumeStash` applies them to
+commands that arrive while a resume's activation is on the wire, and
+:func:`unknown_session_answer` is the seed's answer for a session it did not
+know. Pure: no I/O, no threads, no event loop.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Generic, TypeVar
+
+from actors._errors import UnknownSessionError
+from actors._journal import ParkedJournal
+from actors._messages import (
+    AbortResume,
+    Acknowledge,
+    ActivationOutcome,
+    AuthenticateResume,
+    BeginResume,
+    Close,
+    Command,
+    EndResume,
+    HasAttachment,
+    IsCurrentAttachment,
+    ReleaseAttachment,
+    Resume,
+    SendEvent,
+    SendEvents,
+    SettleLeaseGeneration,
+    Tick,
+)
+from actors._transition import Transition
+
+__all__ = [
+    "ACCEPTS",
+    "ALL_COMMANDS",
+    "HELD_WHILE_ACTIVATING",
+    "UNKNOWN_SESSION_ANSWERS",
+    "ParkedSession",
+    "ResumeStash",
+    "SessionPhase",
+    "unknown_session_answer",
+]
+
+
+class SessionPhase(enum.Enum):
+    """Where a session is in its life; :attr:`SessionState.phase` names it."""
+
+    #: A transport is attached and no activation is on the wire.
+    ATTACHED = "attached"
+    #: No transport; the client may come back with its token.
+    DETACHED = "detached"
+    #: A resume's activation is on the wire; its outcome is not known yet.
+    ACTIVATING = "activating"
+    #: Detached after a failed activation: the presented token works once more.
+    RECOVERING = "recovering"
+    #: Closed (or expired, or failed): every command gets the unknown-session answer.
+    CLOSED = "closed"
+
+
+ALL_COMMANDS: frozenset[type[Any]] = frozenset(
+    {
+        SendEvent,
+        SendEvents,
+        Acknowledge,
+        ReleaseAttachment,
+        BeginResume,
+        EndResume,
+        SettleLeaseGeneration,
+        HasAttachment,
+        IsCurrentAttachment,
+        AuthenticateResume,
+        Resume,
+        ActivationOutcome,
+        AbortResume,
+        Tick,
+        Close,
+    }
+)
+
+#: Resumes wait while an activation is on the wire, as the seed's lock made
+#: them wait, so a failed activation's token recovery is seen by the next one.
+HELD_WHILE_ACTIVATING: frozenset[type[Any]] = frozenset({Resume, AuthenticateResume})
+
+#: The commands each phase handles now. A command a live phase does not accept
+#: is held (see :class:`ResumeStash`); a closed session accepts none.
+ACCEPTS: Mapping[SessionPhase, frozenset[type[Any]]] = {
+    SessionPhase.ATTACHED: ALL_COMMANDS,
+    SessionPhase.DETACHED: ALL_COMMANDS,
+    SessionPhase.RECOVERING: ALL_COMMANDS,
+    SessionPhase.ACTIVATING: ALL_COMMANDS - HELD_WHILE_ACTIVATING,
+    SessionPhase.CLOSED: frozenset(),
+}
+
+#: The seed answered these commands for an unknown session with a plain value;
+#: every other command raised ``KeyError`` (our :class:`UnknownSessionError`).
+UNKNOWN_SESSION_ANSWERS: Mapping[type[Any], object] = {
+    ReleaseAttachment: None,
+    EndResume: None,
+    SettleLeaseGeneration: None,
+    HasAttachment: False,
+    IsCurrentAttachment: False,
+    Close: None,
+}
+
+
+def unknown_session_answer(command: Command, session_id: str) -> Transition:
+    """The seed's answer to ``command`` for a session it does not know."""
+    kind = type(command)
+    if kind in UNKNOWN_SESSION_ANSWERS:
+        return Transition(reply=UNKNOWN_SESSION_ANSWERS[kind])
+    return Transition(error=UnknownSessionError(session_id))
+
+
+T = TypeVar("T")
+
+
+class ResumeStash(Generic[T]):
+    """Commands held back because their session's phase does not accept them yet.
+
+    ``item`` is whatever the shell keeps with a command (its caller, its
+    outbox); the stash only looks at the command. Items come out in arrival
+    order, one at a time, and only while the phase accepts the first one, so
+    a resume released after a rollback is followed by the next only once that
+    one's own activation has settled.
+    """
+
+    __slots__ = ("_held",)
+
+    def __init__(self) -> None:
+        # Made on first use: an empty deque is ~600 bytes, and most sessions
+        # never hold a resume (10,000 live sessions would carry 6 MB of them).
+        self._held: deque[tuple[Command, T]] | None = None
+
+    def __len__(self) -> int:
+        return len(self._held) if self._held else 0
+
+    def admit(self, phase: SessionPhase, command: Command, item: T) -> bool:
+        """``True``: handle ``command`` now. ``False``: it was held.
+
+        A closed session is admitted (and answers as unknown). Nothing is
+        admitted past a command already held, which keeps arrival order.
+        """
+        if phase is SessionPhase.CLOSED:
+            return True
+        kind = type(command)
+        # A resume never overtakes one held before it.
+        if kind in ACCEPTS[phase] and not (self._held and kind in HELD_WHILE_ACTIVATING):
+            return True
+        if self._held is None:
+            self._held = deque()
+        self._held.append((command, item))
+        return False
+
+    def next_ready(self, phase: SessionPhase) -> T | None:
+        """The oldest held item, if ``phase`` accepts its command now."""
+        if not self._held:
+            return None
+        command, item = self._held[0]
+        if phase is not SessionPhase.CLOSED and type(command) not in ACCEPTS[phase]:
+            return None
+        self._held.popleft()
+        return item
+
+    def drain(self) -> list[T]:
+        """Every held item, in arrival order; the stash is empty afterwards."""
+        items = [item for _, item in self._held or ()]
+        self._held = None
+        return items
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ParkedSession:
+    """A passivated session as plain data: no transport, no callables, no thread.
+
+    Only a detached session with no resume claimed and no activation on the
+    wire is parked (:meth:`SessionState.park`), so none of those is kept;
+    :meth:`SessionState.unpark` brings the rest back as it was.
+    """
+
+    session_id: str
+    token_digest: bytes = field(repr=False)
+    attachment_generation: int
+    lease_generation: int
+    orphaned_lease_generation: int | None
+    recovery_token_digest: bytes | None = field(repr=False)
+    last_resume: tuple[int, bytes] | None = field(repr=False)
+    detached_since: float
+    journal: ParkedJournal = field(repr=False)
+
+    @property
+    def retained_bytes(self) -> int:
+        return self.journal.retained_bytes
+
+    def pruned(self, now: float, ttl_s: float) -> ParkedSession:
+        """This session with its journal pruned by TTL at ``now``, as a sweep would."""
+        journal = self.journal.pruned(now, ttl_s)
+        return self if journal is self.journal else replace(self, journal=journal)
+
+    def expired(self, now: float, disconnect_grace_s: float | None) -> bool:
+        """Left detached past the disconnect grace (a live session's Tick rule)."""
+        return disconnect_grace_s is not None and now - self.detached_since >= disconnect_grace_s

@@ -1,0 +1,154 @@
+"""What a session actor and its supervisor say to each other, and what they share.
+
+The vocabulary of :mod:`actors._session`, kept apart so that module holds the
+actor itself: the mail a session's mailbox carries (a door's :class:`Call`,
+the supervisor's :class:`Restart`, :class:`FailSession`, :class:`Passivate`,
+:class:`Shutdown`), the :class:`CrashReport` a session sends up, and the
+context every session of a registry shares.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal, Protocol
+
+from actors._lifecycle import ParkedSession, unknown_session_answer
+from actors._mailbox import SessionMailbox
+from actors._messages import CloseCallable, Command, LifecycleEvent, SendCallable
+from actors._ports import LoopPort, Outbox, Reply
+from actors._state import Failpoints, SessionConfig
+
+if TYPE_CHECKING:
+    from actors._session import SessionActor
+
+__all__ = [
+    "NO_REPLY",
+    "Call",
+    "CrashReport",
+    "FailSession",
+    "Mail",
+    "Opening",
+    "Passivate",
+    "Restart",
+    "SessionContext",
+    "SessionOwner",
+    "Shutdown",
+    "answer_unknown",
+]
+
+
+def answer_unknown(reply: Reply, command: Command, session_id: str) -> None:
+    """Answer ``command`` as the seed answered it for a session it did not know."""
+    transition = unknown_session_answer(command, session_id)
+    if transition.error is not None:
+        reply.fail(transition.error)
+    else:
+        reply.resolve(transition.reply)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CrashReport:
+    """A session's crash, for its supervisor to decide on."""
+
+    session_id: str
+    mailbox: SessionMailbox = field(repr=False)
+    #: The incarnation that crashed (one that failed to reactivate has stopped).
+    actor_urn: str
+    #: ``handle``: a command's handler; ``reactivate``: bringing a parked session back.
+    during: Literal["handle", "reactivate"]
+    #: The restored state passed its invariant check (always True for ``reactivate``).
+    state_sound: bool = True
+    #: A retried internal command crashed again: restarting would loop.
+    retry_crashed: bool = False
+
+
+class SessionOwner(Protocol):
+    """The supervisor's side, as a session actor sees it."""
+
+    def actor_started(self, actor: SessionActor) -> None: ...
+
+    def actor_parked(self, actor: SessionActor, parked: ParkedSession) -> None: ...
+
+    def session_crashed(self, report: CrashReport) -> None: ...
+
+    def session_gone(self, mailbox: SessionMailbox, actor_urn: str, reason: str) -> None: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionContext:
+    """What every session of one registry shares."""
+
+    registry_id: str
+    config: SessionConfig
+    clock: Callable[[], float]
+    failpoints: Failpoints
+    port: LoopPort
+    notify: Callable[[LifecycleEvent], None]
+    owner: SessionOwner
+    #: Daemon threads let a program that never shuts the registry down exit.
+    daemon_threads: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Opening:
+    """What a new session is opened with (its create call)."""
+
+    send: SendCallable = field(repr=False)
+    close: CloseCallable = field(repr=False)
+    lease_generation: int
+    outbox: Outbox = field(repr=False)
+    reply: Reply = field(repr=False)
+
+
+class Mail:
+    __slots__ = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Call(Mail):
+    """A command from a front door, its reply, and for a resume the new outbox."""
+
+    command: Command
+    reply: Reply = field(repr=False)
+    outbox: Outbox | None = field(default=None, repr=False)
+    #: An internal command (an outcome, a tick) is retried once after a crash.
+    internal: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Shutdown(Mail):
+    """The registry stops: answer everything with RegistryClosedError and stop."""
+
+    reply: Reply | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Restart(Mail):
+    """The supervisor's decision after a crash: go on with what was held."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FailSession(Mail):
+    """The supervisor's decision after a crash: close the session, answer everyone."""
+
+    reason: str = "session_failed"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Passivate(Mail):
+    """The supervisor proposes parking; the actor parks only if still idle then."""
+
+    now: float
+    after_s: float
+
+
+class _NoReply:
+    def resolve(self, value: object) -> None:
+        return None
+
+    def fail(self, error: BaseException) -> None:
+        return None
+
+
+NO_REPLY: Reply = _NoReply()

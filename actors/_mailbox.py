@@ -1,0 +1,227 @@
+"""Inboxes that outlive their consumer: a session's mailbox and a closable inbox.
+
+A :class:`SessionMailbox` is what the routing table maps a session id to. It
+is created with the session and lives until the session closes, across every
+actor that runs the session: a crashed incarnation's successor, and the
+actor that reactivates a parked session, take their messages from the same
+mailbox, so a message is never re-routed, reordered or dropped on the way.
+
+Its consumer phase says who reads it:
+
+* ``LIVE``: one actor takes its messages (pykka's ``get``);
+* ``PARKED``: nobody; it holds the parked session's plain data and is empty;
+* ``WAKING``: nobody; messages arrived while parked and the owner was asked,
+  once, to start an actor (:meth:`SessionMailboxOwner.wake`);
+* ``CLOSED``: guarded messages are refused at ``put`` (``InboxClosedError``).
+
+Each phase change happens under the mailbox's lock, so "the inbox is empty"
+and "park" are one step: a message either got in before the actor parked (and
+the park is aborted) or finds the mailbox parked and wakes it.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Any, Protocol
+
+import pykka
+
+from actors._lifecycle import ParkedSession
+
+__all__ = [
+    "ClosableInbox",
+    "Envelope",
+    "InboxClosedError",
+    "MailboxPhase",
+    "SessionMailbox",
+    "SessionMailboxOwner",
+]
+
+
+class InboxClosedError(pykka.ActorDeadError):
+    """The session is gone; its inbox takes no more calls."""
+
+
+class Envelope:
+    """What pykka's actor loop reads from an inbox: a message, no reply slot."""
+
+    __slots__ = ("message",)
+
+    reply_to = None
+
+    def __init__(self, message: Any) -> None:
+        self.message = message
+
+
+class ClosableInbox:
+    """pykka's inbox contract (put/get/empty) on a SimpleQueue, closable.
+
+    Once :meth:`close` ran, a message of one of ``guarded`` types is refused
+    at ``put`` (``refusal`` is raised: an ``ActorDeadError``), so its sender
+    learns at once instead of queueing behind a stop, where pykka would drop
+    it unanswered. pykka's own messages (a stop) are always let through.
+    """
+
+    def __init__(self, guarded: type | tuple[type, ...], refusal: str) -> None:
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._closed = False
+        self._guarded = guarded
+        self._refusal = refusal
+
+    def put(self, envelope: Any) -> None:
+        with self._lock:
+            if self._closed and isinstance(envelope.message, self._guarded):
+                raise InboxClosedError(self._refusal)
+            self._queue.put(envelope)
+
+    def get(self) -> Any:
+        return self._queue.get()
+
+    def empty(self) -> bool:
+        return self._queue.empty()
+
+    def close(self) -> list[Any]:
+        """Refuse guarded messages from now on; take out those queued, in order."""
+        with self._lock:
+            self._closed = True
+            envelopes = []
+            while not self._queue.empty():
+                envelopes.append(self._queue.get_nowait())
+            for envelope in envelopes:  # pykka's own (a stop) stay queued
+                if not isinstance(envelope.message, self._guarded):
+                    self._queue.put(envelope)
+        return [e.message for e in envelopes if isinstance(e.message, self._guarded)]
+
+
+class MailboxPhase:
+    """A mailbox's consumer phase (plain ints: 100,000 parked mailboxes add up)."""
+
+    LIVE = 0
+    PARKED = 1
+    WAKING = 2
+    CLOSED = 3
+
+
+class SessionMailboxOwner(Protocol):
+    """Who starts an actor for a parked mailbox that got a message."""
+
+    def wake(self, mailbox: SessionMailbox) -> None: ...
+
+
+class SessionMailbox:
+    """One session's inbox and routing entry; see the module docstring."""
+
+    __slots__ = ("_lock", "_owner", "_phase", "_queue", "parked", "session_id")
+
+    def __init__(self, session_id: str, owner: SessionMailboxOwner) -> None:
+        self.session_id = session_id
+        self._owner = owner
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._phase = MailboxPhase.LIVE
+        #: The parked session while PARKED or WAKING; None otherwise.
+        self.parked: ParkedSession | None = None
+
+    def __repr__(self) -> str:
+        return f"SessionMailbox({self.session_id!r}, phase={self._phase})"
+
+    @property
+    def phase(self) -> int:
+        return self._phase
+
+    # -- pykka's inbox contract (and the doors' tell) ---------------------------
+
+    def tell(self, message: Any) -> None:
+        """Queue ``message``; wake a parked session. ``InboxClosedError`` once closed."""
+        self.put(Envelope(message))
+
+    def put(self, envelope: Any) -> None:
+        with self._lock:
+            if self._phase == MailboxPhase.CLOSED and not isinstance(
+                envelope.message, pykka.messages._ActorStop
+            ):
+                raise InboxClosedError("session is gone")
+            self._queue.put(envelope)
+            wake = self._phase == MailboxPhase.PARKED
+            if wake:
+                self._phase = MailboxPhase.WAKING
+        if wake:
+            self._owner.wake(self)
+
+    def tell_if_live(self, message: Any) -> bool:
+        """Queue ``message`` only if an actor runs this mailbox (never wakes it)."""
+        with self._lock:
+            if self._phase != MailboxPhase.LIVE:
+                return False
+            self._queue.put(Envelope(message))
+        return True
+
+    def get(self) -> Any:
+        return self._queue.get()
+
+    def empty(self) -> bool:
+        return self._queue.empty()
+
+    # -- phase changes ------------------------------------------------------------
+
+    def park(self, parked: ParkedSession, commit: Any) -> bool:
+        """LIVE -> PARKED iff nothing is queued; ``commit()`` runs inside that step."""
+        with self._lock:
+            if self._phase != MailboxPhase.LIVE or not self._queue.empty():
+                return False
+            self._phase = MailboxPhase.PARKED
+            self.parked = parked
+            commit()
+        return True
+
+    def take_parked(self) -> ParkedSession | None:
+        """PARKED/WAKING -> LIVE: the parked data, for the actor that will run it."""
+        with self._lock:
+            if self._phase not in (MailboxPhase.PARKED, MailboxPhase.WAKING):
+                return None
+            parked, self.parked = self.parked, None
+            self._phase = MailboxPhase.LIVE
+        return parked
+
+    def give_back(self, parked: ParkedSession) -> None:
+        """An actor that could not reactivate returns the data (LIVE -> WAKING)."""
+        with self._lock:
+            if self._phase == MailboxPhase.LIVE:
+                self.parked = parked
+                self._phase = MailboxPhase.WAKING
+
+    def replace_parked(self, parked: ParkedSession) -> bool:
+        """Swap the data of a PARKED mailbox (a sweep pruned it)."""
+        with self._lock:
+            if self._phase != MailboxPhase.PARKED:
+                return False
+            self.parked = parked
+        return True
+
+    def close_if_parked(self) -> bool:
+        """PARKED -> CLOSED (an expiry that needs no actor); ``False`` if not parked."""
+        with self._lock:
+            if self._phase != MailboxPhase.PARKED:
+                return False
+            self._phase = MailboxPhase.CLOSED
+            self.parked = None
+        return True
+
+    def close(self) -> list[Any]:
+        """-> CLOSED: refuse messages from now on; take out those queued, in order."""
+        with self._lock:
+            self._phase = MailboxPhase.CLOSED
+            self.parked = None
+            messages = []
+            stops = []
+            while not self._queue.empty():
+                envelope = self._queue.get_nowait()
+                if isinstance(envelope.message, pykka.messages._ActorStop):
+                    stops.append(envelope)
+                else:
+                    messages.append(envelope.message)
+            for envelope in stops:
+                self._queue.put(envelope)
+        return messages

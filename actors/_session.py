@@ -1,0 +1,484 @@
+"""SessionActor: the pykka shell that runs one SessionState serially.
+
+The actor is the imperative shell around :class:`~actors._state.SessionState`:
+it takes one message at a time from the session's mailbox, asks the state for
+a transition, and only then releases the transition's effects (frames to the
+attachment's outbox, callbacks to the caller's loop, the reply).
+
+It carries out; its supervisor decides. A handler that crashes leaves the
+state at its snapshot (the machine restores it), the caller gets
+:class:`SessionCrashedError`, and the actor *suspends*: it holds every later
+message, in arrival order, and reports the crash to its owner. The owner
+answers with :class:`Restart` (run the held messages as a new incarnation)
+or :class:`FailSession` (close the transport, answer every held message
+:class:`SessionFailedError`, leave). The thread never sleeps: a backoff is
+the supervisor's timer, not a wait here.
+
+Passivation is the same split: the supervisor proposes :class:`Passivate`;
+the actor re-checks idleness when its turn comes, and parks (state as plain
+data in the mailbox, actor stopped, thread freed) only if nothing arrived.
+
+One class, longer than our other modules, on purpose: the crash, restart and
+passivation paths all read and change the same few fields (the state, the
+stash, the held messages, the outboxes) under the actor's one-message-at-a-
+time rule; the vocabulary it speaks is in :mod:`actors._mail`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import pykka
+
+from actors._counters import SessionCounters
+from actors._errors import (
+    InvalidResumeTokenError,
+    RegistryClosedError,
+    SessionCrashedError,
+    SessionFailedError,
+)
+from actors._lifecycle import ParkedSession, ResumeStash
+from actors._mail import (
+    NO_REPLY,
+    Call,
+    CrashReport,
+    FailSession,
+    Mail,
+    Opening,
+    Passivate,
+    Restart,
+    SessionContext,
+    SessionOwner,
+    Shutdown,
+    answer_unknown,
+)
+from actors._mailbox import ClosableInbox, InboxClosedError, SessionMailbox
+from actors._messages import (
+    Activate,
+    ActivationOutcome,
+    Close,
+    Deliver,
+    EventAccepted,
+    LifecycleEvent,
+    LifecycleKind,
+    Notify,
+    ResumeResult,
+    RetireAttachment,
+    Tick,
+    TickResult,
+)
+from actors._ports import Delivery, Outbox, Reply
+from actors._state import SessionState, Transition
+
+__all__ = [
+    "THREAD_NAME_PREFIX",
+    "Call",
+    "ClosableInbox",
+    "CrashReport",
+    "FailSession",
+    "InboxClosedError",
+    "Opening",
+    "Passivate",
+    "Restart",
+    "SessionActor",
+    "SessionContext",
+    "SessionCounters",
+    "SessionOwner",
+    "Shutdown",
+    "answer_unknown",
+]
+
+logger = logging.getLogger("duplex_supervisor.actors")
+
+#: Every session thread is named ``THREAD_NAME_PREFIX + session_id``.
+THREAD_NAME_PREFIX = "duplex-session:"
+
+
+class SessionActor(pykka.ThreadingActor):
+    """One session incarnation run; its mailbox is the session's, shared by all of them."""
+
+    def __init__(
+        self,
+        *,
+        mailbox: SessionMailbox,
+        context: SessionContext,
+        opening: Opening | None = None,
+        parked: ParkedSession | None = None,
+    ) -> None:
+        self._mailbox = mailbox
+        super().__init__()
+        self.session_id = mailbox.session_id
+        self.mailbox = mailbox
+        self.registry_id = context.registry_id
+        self.counters = SessionCounters(attached=opening is not None)
+        self._context = context
+        self._opening = opening
+        self._parked = parked
+        self._state: SessionState | None = None
+        # Invariant: keys are attachment generations the state may still
+        # deliver to; the current attachment's outbox is always here.
+        self._outboxes: dict[int, Outbox] = {1: opening.outbox} if opening else {}
+        self._stash: ResumeStash[Call] = ResumeStash()
+        # Messages held for the supervisor's decision while suspended (made on
+        # the first crash: most sessions never need its ~600 bytes).
+        self._held: deque[Mail] | None = None
+        self._suspended = False
+        # An internal command that crashed once: run again first on Restart.
+        self._retry: Call | None = None
+        # When the last command other than a tick was handled (passivation's idleness).
+        self._last_active = context.clock()
+        #: Since when this session could be parked (None: not now). Written by
+        #: its thread after each command; the supervisor reads it as a hint for
+        #: whom to propose parking to (the actor checks again itself).
+        self.parkable_since: float | None = None
+        self.incarnation = 0
+        #: The actor's own thread (set by ``start`` before any message).
+        self.thread = threading.current_thread()
+        self._gone = False
+        self._closing_reason = "closed"
+
+    def _create_actor_inbox(self) -> Any:  # type: ignore[override]
+        # pykka's __init__ asks for the inbox: it is the session's mailbox.
+        return self._mailbox
+
+    def _start_actor_loop(self) -> None:
+        # pykka's own, but keeping the thread so shutdown can join it.
+        self.thread = threading.Thread(
+            target=self._actor_loop, name=f"{THREAD_NAME_PREFIX}{self.session_id}"
+        )
+        self.thread.daemon = self._context.daemon_threads
+        self.thread.start()
+
+    def _actor_loop_teardown(self) -> None:
+        # pykka drains the inbox here; the mailbox outlives this actor (a
+        # parked session's next actor, or _leave's answers, take what is left).
+        return None
+
+    # -- life cycle ------------------------------------------------------------
+
+    def on_start(self) -> None:
+        self._context.owner.actor_started(self)
+        if self._parked is not None:
+            self._reactivate(self._parked)
+            return
+        opening = self._opening
+        assert opening is not None  # noqa: S101 - one of the two is always given
+        try:
+            state, created = SessionState.open(
+                session_id=self.session_id,
+                config=self._context.config,
+                send=opening.send,
+                close=opening.close,
+                lease_generation=opening.lease_generation,
+                clock=self._context.clock,
+                failpoints=self._context.failpoints,
+            )
+        except BaseException as exc:  # noqa: BLE001 - the caller gets it, the actor ends
+            failure = exc
+            opening.reply.fail(failure)
+            self._leave("create_failed", answer=lambda call: call.reply.fail(failure))
+            return
+        self._state = state
+        self._opening = None
+        self._release(created, opening.reply)
+
+    def _reactivate(self, parked: ParkedSession) -> None:
+        context = self._context
+        self._parked = None
+        try:
+            state = SessionState.unpark(
+                parked, config=context.config, clock=context.clock, failpoints=context.failpoints
+            )
+        except BaseException as exc:  # noqa: BLE001 - still parked; the supervisor decides
+            logger.warning(
+                "session %s crashed reactivating (%s)", self.session_id, type(exc).__name__
+            )
+            self.counters.crashes += 1
+            self._gone = True
+            self._stop_quietly()  # before the data is back: never two readers
+            self._mailbox.give_back(parked)
+            context.owner.session_crashed(
+                CrashReport(
+                    session_id=self.session_id,
+                    mailbox=self._mailbox,
+                    actor_urn=self.actor_urn,
+                    during="reactivate",
+                )
+            )
+            return
+        self._state = state
+        self.counters.bytes_retained = state.journal.retained_bytes
+        self.parkable_since = state.idle_since(self._last_active)
+        self._announce(state, "reactivated", "message")
+
+    def on_receive(self, message: Any) -> Any:
+        if self._gone:
+            return None
+        if isinstance(message, Shutdown):
+            self._on_shutdown(message)
+        elif isinstance(message, Restart):
+            self._on_restart()
+        elif isinstance(message, FailSession):
+            self._fail(message.reason)
+        elif self._suspended:
+            if self._held is None:
+                self._held = deque()
+            self._held.append(message)
+        elif isinstance(message, Call):
+            self._on_call(message)
+        elif isinstance(message, Passivate):
+            self._on_passivate(message)
+        return None
+
+    # -- calls -----------------------------------------------------------------
+
+    def _on_call(self, call: Call) -> None:
+        state = self._state
+        assert state is not None  # noqa: S101 - on_start sets it before any message
+        if not self._stash.admit(state.phase, call.command, call):
+            return
+        self._run(call)
+        while not self._gone and not self._suspended:
+            held = self._stash.next_ready(state.phase)
+            if held is None:
+                break
+            self._run(held)
+
+    def _run(self, call: Call, *, retry: bool = True) -> None:
+        state = self._state
+        assert state is not None  # noqa: S101
+        command = call.command
+        try:
+            transition = state.handle(command)
+        except BaseException as exc:  # noqa: BLE001 - a crash, never the actor's end
+            self._crashed(call, exc, retry=retry)
+            return
+        if not isinstance(command, Tick | ActivationOutcome):
+            self._last_active = self._context.clock()
+        self.counters.count(command, transition)
+        if isinstance(transition.error, InvalidResumeTokenError):
+            self._context.notify(LifecycleEvent(kind="invalid_token", session_id=self.session_id))
+        self.counters.attached = state.attachment is not None
+        self.counters.bytes_retained = state.journal.retained_bytes
+        self.parkable_since = state.idle_since(self._last_active)
+        self._release(transition, call.reply, call.outbox)
+        if isinstance(command, Close):
+            self._leave(self._closing_reason)
+        elif isinstance(transition.reply, TickResult) and transition.reply.expired:
+            self._expire()
+
+    def _release(
+        self, transition: Transition, reply: Reply, new_outbox: Outbox | None = None
+    ) -> None:
+        """Carry out a committed transition's effects, then answer the caller."""
+        if transition.error is not None:
+            reply.fail(transition.error)
+            return
+        if isinstance(transition.reply, ResumeResult) and new_outbox is not None:
+            self._outboxes[transition.reply.attachment_generation] = new_outbox
+        answered = False
+        for effect in transition.effects:
+            if isinstance(effect, EventAccepted):
+                self._context.port.submit(effect.callback)
+            elif isinstance(effect, Deliver | Activate):
+                answered |= self._post(effect, reply, transition.reply)
+            elif isinstance(effect, RetireAttachment):
+                outbox = self._outboxes.pop(effect.attachment_generation, None)
+                if outbox is not None:
+                    outbox.retire(effect.reason)
+            elif isinstance(effect, Notify):
+                self._context.notify(effect.event)
+        if not answered:
+            reply.resolve(transition.reply)
+
+    def _post(self, effect: Deliver | Activate, reply: Reply, value: object) -> bool:
+        outbox = self._outboxes.get(effect.attachment_generation)
+        if outbox is None:
+            return False
+        if isinstance(effect, Activate):
+            outbox.post(Delivery(effect=effect, reply=reply, value=value, report=self._report))
+            return True
+        if effect.awaited:
+            outbox.post(Delivery(effect=effect, reply=reply, value=value))
+            return True
+        outbox.post(Delivery(effect=effect))
+        return False
+
+    def _report(self, outcome: ActivationOutcome) -> None:
+        """Called on the outbox's loop: hand the outcome back as a message."""
+        # A session already gone has nothing left to roll back.
+        with contextlib.suppress(InboxClosedError):
+            self._mailbox.tell(Call(command=outcome, reply=NO_REPLY, internal=True))
+
+    # -- crashes -------------------------------------------------------------------
+
+    def _crash_error(self, call: Call, exc: BaseException) -> SessionCrashedError:
+        name = type(call.command).__name__
+        error = SessionCrashedError(f"session {self.session_id} crashed handling {name}")
+        error.__cause__ = exc
+        return error
+
+    def _crashed(self, call: Call, exc: BaseException, *, retry: bool) -> None:
+        """Answer the caller, suspend, and let the supervisor decide."""
+        # Counted before the caller hears of it, so its next stats() shows it.
+        self.counters.crashes += 1
+        logger.warning(
+            "session %s crashed handling %s (%s)",
+            self.session_id,
+            type(call.command).__name__,
+            type(exc).__name__,
+        )
+        # A command retried after this crash answers its waiter with the
+        # retry's outcome, not with this crash.
+        if call.internal and retry:
+            self._retry = call
+        else:
+            call.reply.fail(self._crash_error(call, exc))
+        state = self._state
+        assert state is not None  # noqa: S101
+        try:
+            state.check_invariants()
+        except AssertionError:
+            logger.error("session %s: restored state failed its invariants", self.session_id)
+            sound = False
+        else:
+            sound = True
+        self._suspended = True
+        self._context.owner.session_crashed(
+            CrashReport(
+                session_id=self.session_id,
+                mailbox=self._mailbox,
+                actor_urn=self.actor_urn,
+                during="handle",
+                state_sound=sound,
+                retry_crashed=call.internal and not retry,
+            )
+        )
+
+    def _on_restart(self) -> None:
+        if not self._suspended:
+            return
+        state = self._state
+        assert state is not None  # noqa: S101
+        self._suspended = False
+        self.incarnation += 1
+        self.counters.restarts += 1
+        self._announce(state, "restarted", "crash")
+        retry, self._retry = self._retry, None
+        if retry is not None:
+            self._run(retry, retry=False)
+        while self._held and not self._suspended and not self._gone:
+            self.on_receive(self._held.popleft())
+
+    # -- passivation -----------------------------------------------------------------
+
+    def _on_passivate(self, message: Passivate) -> None:
+        state = self._state
+        assert state is not None  # noqa: S101
+        idle_since = state.idle_since(self._last_active)
+        if idle_since is None or message.now - idle_since < message.after_s or len(self._stash):
+            return
+        if not self._mailbox.empty():
+            return  # something arrived: stay live
+        try:
+            parked = state.park()
+        except BaseException as exc:  # noqa: BLE001 - parking changed nothing: stay live
+            self.counters.crashes += 1
+            logger.warning(
+                "session %s crashed passivating (%s); it stays live",
+                self.session_id,
+                type(exc).__name__,
+            )
+            return
+        owner = self._context.owner
+
+        def commit() -> None:
+            # Inside the mailbox's lock: from here this actor never reads it
+            # again, and an observer hears "passivated" before any wake-up's
+            # "reactivated".
+            self.actor_stopped.set()
+            owner.actor_parked(self, parked)
+            self._announce(state, "passivated", "idle")
+
+        if not self._mailbox.park(parked, commit):
+            return
+        self._gone = True
+        pykka.ActorRegistry.unregister(self.actor_ref)
+        for outbox in self._outboxes.values():
+            outbox.retire("parked")
+        self._outboxes.clear()
+
+    # -- endings ------------------------------------------------------------------
+
+    def _announce(self, state: SessionState, kind: LifecycleKind, reason: str) -> None:
+        self._context.notify(
+            LifecycleEvent(
+                kind=kind,
+                session_id=self.session_id,
+                attachment_generation=state.attachment_generation,
+                lease_generation=state.lease_generation,
+                reason=reason,
+            )
+        )
+
+    def _fail(self, reason: str) -> None:
+        state = self._state
+        assert state is not None  # noqa: S101
+        attachment = state.attachment
+        if attachment is not None:
+            outbox = self._outboxes.pop(attachment.generation, None)
+            if outbox is not None:
+                outbox.close_transport(reason)
+        self._announce(state, "failed", reason)
+        failure = SessionFailedError(f"session {self.session_id} failed and was closed")
+        self._leave("failed", answer=lambda call: call.reply.fail(failure))
+
+    def _expire(self) -> None:
+        state = self._state
+        assert state is not None  # noqa: S101
+        self._announce(state, "expired", "disconnect_grace")
+        self._closing_reason = "expired"
+        self._run(Call(command=Close(), reply=NO_REPLY, internal=True))
+
+    def _on_shutdown(self, message: Shutdown) -> None:
+        closed = RegistryClosedError("the session registry was shut down")
+        self._leave("shutdown", answer=lambda call: call.reply.fail(closed))
+        if message.reply is not None:
+            message.reply.resolve(None)
+
+    def _leave(self, reason: str, answer: Callable[[Call], None] | None = None) -> None:
+        """Stop taking calls; answer every one still held; tell the owner; stop."""
+        self._gone = True
+        for outbox in self._outboxes.values():
+            outbox.retire(reason)
+        self._outboxes.clear()
+        held: list[Any] = []
+        if self._retry is not None:
+            held.append(self._retry)
+            self._retry = None
+        held += self._stash.drain()
+        if self._held:
+            held += self._held
+            self._held.clear()
+        held += self._mailbox.close()
+        for mail in held:
+            if isinstance(mail, Call):
+                if answer is not None:
+                    answer(mail)
+                else:
+                    answer_unknown(mail.reply, mail.command, self.session_id)
+            elif isinstance(mail, Shutdown) and mail.reply is not None:
+                mail.reply.resolve(None)
+        self.counters.attached = False
+        self._context.owner.session_gone(self._mailbox, self.actor_urn, reason)
+        self._stop_quietly()
+
+    def _stop_quietly(self) -> None:
+        """Stop this actor now, without touching the mailbox (pykka's stop would queue)."""
+        self.actor_stopped.set()
+        pykka.ActorRegistry.unregister(self.actor_ref)

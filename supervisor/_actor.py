@@ -1,0 +1,629 @@
+"""The supervisor actor and the loop-neutral system every front door drives.
+
+:class:`SessionSystem` is what a front door owns. Its supervisor actor
+decides; session actors carry out:
+
+* **Routing.** The routing table maps each session id to the session's
+  :class:`~actors._mailbox.SessionMailbox`. Only the supervisor's thread writes
+  it; front doors read it without a round trip and put commands straight into
+  the mailbox, which outlives every actor that runs the session.
+* **Restarts.** A session that crashes answers its caller, holds its messages
+  and reports the crash (:class:`~actors._session.CrashReport`). The supervisor
+  applies :class:`~supervisor._policy.RestartPolicy`: restart now, restart when
+  a backoff timer of its own fires, or close the session; past the
+  registry-wide limit it escalates (the registry is reported unhealthy and
+  crashing sessions are closed).
+* **Passivation.** On each sweep the supervisor proposes parking to detached
+  sessions; a parked session's next message wakes the supervisor, which starts
+  a new actor from the parked data. A sweep prunes and expires parked
+  sessions on their data, without starting them.
+
+A supervisor that crashes is replaced (the routing table, timers and books
+live here, not in the actor), and every message it held is handed to its
+successor: none is dropped, however many supervisors die in a row.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pykka
+
+from actors._errors import (
+    DuplicateSessionError,
+    RegistryClosedError,
+    SessionCrashedError,
+    SessionFailedError,
+)
+from actors._lifecycle import ParkedSession
+from actors._mailbox import InboxClosedError, MailboxPhase, SessionMailbox
+from actors._messages import CloseCallable, Command, LifecycleEvent, SendCallable, Tick
+from actors._ports import LoopPort, Outbox, Reply
+from actors._session import (
+    Call,
+    CrashReport,
+    FailSession,
+    Opening,
+    Passivate,
+    Restart,
+    SessionActor,
+    SessionContext,
+    Shutdown,
+    answer_unknown,
+)
+from actors._state import NO_FAILPOINTS, SessionConfig
+from supervisor._faults import FaultPlan
+from supervisor._policy import RestartPolicy
+from supervisor._supervision import (
+    MESSAGES,
+    Books,
+    Closing,
+    Crashed,
+    Create,
+    Gone,
+    Proceed,
+    RegistryStats,
+    Reopen,
+    Stop,
+    SupervisorInbox,
+    Sweep,
+    Timers,
+    Wake,
+)
+
+__all__ = ["DEFAULT_PASSIVATE_AFTER_S", "RegistryStats", "SessionSystem", "SupervisorActor"]
+
+logger = logging.getLogger("duplex_supervisor.supervisor")
+
+#: A detached, idle session is parked after this long (``None``: never).
+DEFAULT_PASSIVATE_AFTER_S: float | None = 30.0
+
+#: A parked session that could not get a thread is woken again this much later.
+START_RETRY_S = 0.5
+
+
+class SupervisorActor(pykka.ThreadingActor):
+    """Runs the supervisor's decisions for one registry; dies on a crash (see module)."""
+
+    def __init__(self, system: SessionSystem) -> None:
+        self._system = system
+        super().__init__()
+
+    def _create_actor_inbox(self) -> Any:  # type: ignore[override]
+        # A supervisor that gives up closes it and hands what it held over.
+        return SupervisorInbox(self._system.timers, MESSAGES, "this supervisor has handed over")
+
+    def on_start(self) -> None:
+        threading.current_thread().name = f"duplex-supervisor:{self._system.registry_id}"
+
+    def on_receive(self, message: Any) -> Any:
+        try:
+            self._system.faults.supervisor_hit(type(message).__name__.lower())
+            self._system.dispatch(message)
+        except BaseException as exc:  # noqa: BLE001 - the supervisor dies; a successor takes over
+            logger.error("supervisor of registry %s crashed: %r", self._system.registry_id, exc)
+            reply = getattr(message, "reply", None)
+            retried: list[Any] = []
+            if reply is not None:
+                error = SessionCrashedError("the supervisor crashed handling this call")
+                error.__cause__ = exc
+                reply.fail(error)
+            else:
+                # Nobody waits on it to learn of the crash: the successor handles it.
+                retried.append(message)
+            inbox = self.actor_inbox
+            assert isinstance(inbox, SupervisorInbox)  # noqa: S101
+            self._system.hand_over(self.actor_ref, retried + inbox.close())
+            self.stop()
+        return None
+
+
+class _DaemonSupervisorActor(SupervisorActor):
+    use_daemon_thread = True
+
+
+class _CountDown:
+    """Resolves ``reply`` after ``n`` answers (of any kind)."""
+
+    def __init__(self, n: int, reply: Reply) -> None:
+        self._left = n
+        self._lock = threading.Lock()
+        self._reply = reply
+        if n == 0:
+            reply.resolve(None)
+
+    def _one(self) -> None:
+        with self._lock:
+            self._left -= 1
+            done = self._left == 0
+        if done:
+            self._reply.resolve(None)
+
+    def resolve(self, value: object) -> None:
+        self._one()
+
+    def fail(self, error: BaseException) -> None:
+        self._one()
+
+
+class _StopReply:
+    """A stop's reply that sends the stop again if the supervisor crashed on it."""
+
+    def __init__(self, system: SessionSystem, reply: Reply) -> None:
+        self._system = system
+        self._reply = reply
+
+    def resolve(self, value: object) -> None:
+        self._reply.resolve(value)
+
+    def fail(self, error: BaseException) -> None:
+        if isinstance(error, SessionCrashedError):
+            self._system.tell_supervisor(Stop(reply=self), self._reply)
+        else:
+            self._reply.fail(error)
+
+
+class SessionSystem:
+    """One registry's actors, whatever the front door. Thread-safe."""
+
+    def __init__(
+        self,
+        *,
+        config: SessionConfig,
+        clock: Callable[[], float],
+        port: LoopPort,
+        restart_policy: RestartPolicy | None = None,
+        faults: FaultPlan | None = None,
+        observer: Callable[[LifecycleEvent], None] | None = None,
+        daemon_threads: bool = False,
+        passivate_after_s: float | None = DEFAULT_PASSIVATE_AFTER_S,
+    ) -> None:
+        if passivate_after_s is not None and not passivate_after_s >= 0:
+            raise ValueError("passivate_after_s must be None or >= 0")
+        self.registry_id = uuid.uuid4().hex[:12]
+        self.faults = faults or FaultPlan()
+        #: The plan the outboxes consult per send; None (no cost) unless given.
+        self.transport_faults = faults
+        self.clock = self.faults.clock(clock) if faults is not None else clock
+        self.config = config
+        self.policy = restart_policy or RestartPolicy()
+        self.passivate_after_s = passivate_after_s
+        self._port = port
+        self._observer = observer
+        self._context = SessionContext(
+            registry_id=self.registry_id,
+            config=config,
+            clock=self.clock,
+            failpoints=faults if faults is not None else NO_FAILPOINTS,
+            port=port,
+            notify=self.notify,
+            owner=self,
+            daemon_threads=daemon_threads,
+        )
+        # The routing table. Invariant: only the supervisor's thread writes it
+        # (one writer: a successor starts only after its predecessor stopped
+        # writing), one whole key at a time; every other thread only reads it,
+        # with single dict operations (get, in, len, list), each atomic. A
+        # value is the session's mailbox, which stays the same while the
+        # session is live, suspended, parked or woken, so parking and
+        # restarting never write here: only create, close and departure do.
+        self._routes: dict[str, SessionMailbox] = {}
+        #: Supervisor-thread state: crash windows, timers, health; see Books.
+        self.timers = Timers(self.clock)
+        self.books = Books()
+        self._closed = False
+        self._takeover_lock = threading.Lock()
+        self._supervisor: pykka.ActorRef[SupervisorActor] = self._start_supervisor()
+
+    # -- the front doors' side -------------------------------------------------
+
+    def create(
+        self,
+        session_id: str,
+        *,
+        send: SendCallable,
+        close: CloseCallable,
+        lease_generation: int,
+        outbox: Outbox,
+        reply: Reply,
+    ) -> None:
+        opening = Opening(
+            send=send, close=close, lease_generation=lease_generation, outbox=outbox, reply=reply
+        )
+        self.tell_supervisor(Create(session_id=session_id, opening=opening, reply=reply), reply)
+
+    def call(
+        self,
+        session_id: str,
+        command: Command,
+        reply: Reply,
+        outbox: Outbox | None = None,
+        *,
+        internal: bool = False,
+    ) -> None:
+        """Route ``command`` to its session; answer unknown sessions as the seed did.
+
+        ``internal``: a command of the library's own (an abort after a
+        cancelled resume) that a crash retries once instead of dropping.
+        """
+        mailbox = self._routes.get(session_id)
+        if mailbox is not None:
+            try:
+                mailbox.tell(Call(command=command, reply=reply, outbox=outbox, internal=internal))
+            except InboxClosedError:
+                pass
+            else:
+                return
+        answer_unknown(reply, command, session_id)
+
+    def close(self, session_id: str, command: Command, reply: Reply) -> None:
+        self.tell_supervisor(Closing(session_id=session_id, command=command, reply=reply), reply)
+
+    def sweep(self, reply: Reply) -> None:
+        self.tell_supervisor(Sweep(now=self.clock(), reply=reply), reply)
+
+    def shutdown(self, reply: Reply) -> None:
+        """Stop every session; ``reply`` is answered once all have stopped.
+
+        A supervisor that dies on the stop is replaced and told again, so a
+        crash there cannot leave sessions running.
+        """
+        self.tell_supervisor(Stop(reply=_StopReply(self, reply)), reply)
+
+    def join(self, timeout: float | None = None) -> None:
+        """After :meth:`shutdown` answered: stop the supervisor, join every thread of ours."""
+        self._closed = True
+        with contextlib.suppress(pykka.ActorDeadError):
+            self._supervisor.stop(block=True, timeout=timeout)
+        for thread in self.books.threads():
+            thread.join(timeout)
+
+    def knows(self, session_id: str) -> bool:
+        return session_id in self._routes
+
+    def session_ids(self) -> list[str]:
+        """Every registered session: live, suspended and parked alike."""
+        return list(self._routes)
+
+    def session_actors(self) -> list[pykka.ActorRef[SessionActor]]:
+        """The live session actors (parked sessions have none)."""
+        return [actor.actor_ref for actor in self.books.live_actors()]
+
+    def stats(self) -> RegistryStats:
+        return self.books.stats(len(self._routes))
+
+    def notify(self, event: LifecycleEvent) -> None:
+        """Hand ``event`` to the observer on the registry's loop; never raises."""
+        observer = self._observer
+        if observer is None:
+            return
+
+        def deliver() -> None:
+            try:
+                observer(event)
+            except Exception:
+                logger.exception("observer raised on a %s event", event.kind)
+
+        self._port.submit(deliver)
+
+    # -- the session actors' side (SessionOwner, SessionMailboxOwner) ----------------
+
+    def actor_started(self, actor: SessionActor) -> None:
+        self.books.actor_started(actor)
+
+    def actor_parked(self, actor: SessionActor, parked: ParkedSession) -> None:
+        self.books.actor_parked(actor, parked)
+
+    def session_crashed(self, report: CrashReport) -> None:
+        self.tell_supervisor(Crashed(report=report))
+
+    def session_gone(self, mailbox: SessionMailbox, actor_urn: str, reason: str) -> None:
+        self.tell_supervisor(Gone(mailbox=mailbox, actor_urn=actor_urn, reason=reason))
+
+    def wake(self, mailbox: SessionMailbox) -> None:
+        self.tell_supervisor(Wake(mailbox=mailbox))
+
+    # -- the supervisor's side (its thread only) ------------------------------------
+
+    def dispatch(self, message: Any) -> None:
+        handler = _HANDLERS[type(message)]
+        handler(self, message)
+
+    def _start_session(self, message: Create) -> None:
+        if self._closed:
+            message.reply.fail(RegistryClosedError("the session registry is shut down"))
+            return
+        if message.session_id in self._routes:
+            message.reply.fail(DuplicateSessionError(message.session_id))
+            return
+        mailbox = SessionMailbox(message.session_id, self)
+        self._routes[message.session_id] = mailbox
+        try:
+            SessionActor.start(mailbox=mailbox, context=self._context, opening=message.opening)
+        except RuntimeError as exc:  # "can't start new thread" (the kernel's limit)
+            logger.error("could not start session %s: %r", message.session_id, exc)
+            self._unroute(mailbox)
+            mailbox.close()
+            error = SessionCrashedError(f"could not start session {message.session_id}")
+            error.__cause__ = exc
+            message.reply.fail(error)
+
+    def _route_close(self, message: Closing) -> None:
+        # Out of the table at once, so a create of the same id right after
+        # close() returns succeeds; calls already queued are handled first.
+        mailbox = self._routes.pop(message.session_id, None)
+        if mailbox is None:
+            message.reply.resolve(None)
+            return
+        reply = _CloseReply(self, mailbox, message.reply)
+        try:
+            mailbox.tell(Call(command=message.command, reply=reply))
+        except InboxClosedError:
+            message.reply.resolve(None)
+
+    def _reopen(self, message: Reopen) -> None:
+        """A close that crashed never happened: route the session again, then answer."""
+        mailbox = message.mailbox
+        if mailbox.session_id not in self._routes and mailbox.phase != MailboxPhase.CLOSED:
+            self._routes[mailbox.session_id] = mailbox
+        message.answer.fail(message.error)
+
+    def _forget(self, message: Gone) -> None:
+        self._unroute(message.mailbox)
+        self.books.retire(message.actor_urn, message.reason)
+
+    def _unroute(self, mailbox: SessionMailbox) -> None:
+        """A session left: out of the table (unless its id is someone else's now)."""
+        if self._routes.get(mailbox.session_id) is mailbox:
+            del self._routes[mailbox.session_id]
+            self.books.crash_times.pop(mailbox.session_id, None)
+
+    def _sweep(self, message: Sweep) -> None:
+        now = message.now
+        live = []
+        for mailbox in list(self._routes.values()):
+            if mailbox.parked is None:
+                live.append(mailbox)
+            else:
+                self._sweep_parked(mailbox, now)
+        countdown = _CountDown(len(live), message.reply)
+        tick = Tick(now=now)
+        for mailbox in live:
+            if not mailbox.tell_if_live(Call(command=tick, reply=countdown, internal=True)):
+                countdown.resolve(None)  # parked meanwhile: the next sweep prunes it
+        after_s = self.passivate_after_s
+        if after_s is not None:
+            proposal = Passivate(now=now, after_s=after_s)
+            for actor in self.books.live_actors():
+                since = actor.parkable_since
+                if since is not None and now - since >= after_s:
+                    actor.mailbox.tell_if_live(proposal)
+        self._judge_health(now)
+
+    def _sweep_parked(self, mailbox: SessionMailbox, now: float) -> None:
+        parked = mailbox.parked
+        if parked is None:
+            return
+        if parked.expired(now, self.config.disconnect_grace_s):
+            if mailbox.close_if_parked():
+                # What a live session's expiry tells: "expired", then "closed".
+                self._unroute(mailbox)
+                self.books.parked_left(parked, reason="expired")
+                for kind, reason in (("expired", "disconnect_grace"), ("closed", None)):
+                    self.notify(
+                        LifecycleEvent(
+                            kind=kind,  # type: ignore[arg-type]
+                            session_id=parked.session_id,
+                            attachment_generation=parked.attachment_generation,
+                            lease_generation=parked.lease_generation,
+                            reason=reason,
+                        )
+                    )
+            return
+        pruned = parked.pruned(now, self.config.replay_ttl_s)
+        if pruned is not parked and mailbox.replace_parked(pruned):
+            self.books.parked_pruned(parked, pruned)
+
+    def _stop_sessions(self, message: Stop) -> None:
+        self._closed = True
+        mailboxes = {id(m): m for m in self._routes.values()}
+        for actor in self.books.live_actors():
+            mailboxes.setdefault(id(actor.mailbox), actor.mailbox)
+        countdown = _CountDown(len(mailboxes), message.reply)
+        for mailbox in mailboxes.values():
+            parked = mailbox.take_parked()
+            if parked is not None:
+                self.books.parked_left(parked, reason="shutdown")
+                self._answer_closed(mailbox)
+                countdown.resolve(None)
+                continue
+            try:
+                mailbox.tell(Shutdown(reply=countdown))
+            except InboxClosedError:
+                countdown.resolve(None)
+
+    def _activate(self, message: Wake) -> None:
+        mailbox = message.mailbox
+        parked = mailbox.take_parked()
+        if parked is None:
+            return
+        self.books.parked_woken(parked)
+        if self._closed:
+            self._answer_closed(mailbox)
+            return
+        try:
+            SessionActor.start(mailbox=mailbox, context=self._context, parked=parked)
+        except RuntimeError as exc:  # no thread to be had: stay parked, try again soon
+            logger.error("could not wake session %s: %r", mailbox.session_id, exc)
+            mailbox.give_back(parked)
+            self.books.reactivation_crashed(mailbox)
+            self.timers.schedule(self.clock() + START_RETRY_S, Wake(mailbox=mailbox))
+
+    def _decide(self, message: Crashed) -> None:
+        """Apply the restart policy to one crash (OTP's intensity, then escalation)."""
+        report = message.report
+        now = self.clock()
+        books = self.books
+        if report.during == "reactivate":
+            # That actor has stopped: keep its counts, drop it from the live ones.
+            books.reactivation_crashed(report.mailbox)
+            books.retire(report.actor_urn, "reactivate_crashed")
+        books.registry_crashes.append(now)
+        healthy = self._judge_health(now)
+        times = books.crash_times.setdefault(report.session_id, [])
+        times.append(now)
+        restart = (
+            healthy
+            and report.state_sound
+            and not report.retry_crashed
+            and self.policy.allows_restart(times, now)
+        )
+        if not restart:
+            self._give_up(report)
+            return
+        delay = self.policy.backoff_s_for(len(times))
+        if delay > 0:
+            self.timers.schedule(now + delay, Proceed(report=report))
+        else:
+            self._proceed(Proceed(report=report))
+
+    def _proceed(self, message: Proceed) -> None:
+        report = message.report
+        if report.during == "reactivate":
+            self._activate(Wake(mailbox=report.mailbox))
+            return
+        with contextlib.suppress(InboxClosedError):
+            report.mailbox.tell(Restart())
+
+    def _give_up(self, report: CrashReport) -> None:
+        mailbox = report.mailbox
+        if report.during == "handle":
+            with contextlib.suppress(InboxClosedError):
+                mailbox.tell(FailSession())
+            return
+        parked = mailbox.take_parked()
+        if parked is None:
+            return
+        self.books.parked_left(parked, reason="failed")
+        self._unroute(mailbox)
+        self.notify(
+            LifecycleEvent(kind="failed", session_id=mailbox.session_id, reason="session_failed")
+        )
+        self._answer_closed(mailbox, failed=True)
+
+    def _judge_health(self, now: float) -> bool:
+        healthy = self.policy.registry_healthy(self.books.registry_crashes, now)
+        if healthy != self.books.healthy:
+            self.books.set_healthy(healthy)
+            crashes = len(self.books.registry_crashes)
+            self.notify(
+                LifecycleEvent(
+                    kind="registry_healthy" if healthy else "registry_unhealthy",
+                    session_id="",
+                    reason=f"{crashes} crashes within {self.policy.within_s:g} s",
+                )
+            )
+        return healthy
+
+    def _answer_closed(self, mailbox: SessionMailbox, *, failed: bool = False) -> None:
+        """Close a mailbox nobody runs; answer what it held (closed, or failed)."""
+        error: Exception = (
+            SessionFailedError(f"session {mailbox.session_id} failed and was closed")
+            if failed
+            else RegistryClosedError("the session registry was shut down")
+        )
+        for mail in mailbox.close():
+            if isinstance(mail, Call):
+                mail.reply.fail(error)
+            elif isinstance(mail, Shutdown) and mail.reply is not None:
+                mail.reply.resolve(None)
+
+    # -- supervisors coming and going --------------------------------------------------
+
+    def hand_over(self, dead: pykka.ActorRef[SupervisorActor], queued: list[Any]) -> None:
+        """A supervisor gave up: start its successor and pass on what it left queued."""
+        self._take_over(dead)
+        for message in queued:
+            self.tell_supervisor(message, getattr(message, "reply", None))
+
+    def tell_supervisor(self, message: object, reply: Reply | None = None) -> None:
+        """Deliver ``message`` to a live supervisor, starting successors as needed.
+
+        Never drops it: it is delivered, or (the registry is shut down) its
+        caller is answered :class:`RegistryClosedError`.
+        """
+        while True:
+            supervisor = self._supervisor
+            try:
+                supervisor.tell(message)
+            except pykka.ActorDeadError:
+                if not self._take_over(supervisor):
+                    self._refuse(message, reply)
+                    return
+            else:
+                return
+
+    def _refuse(self, message: object, reply: Reply | None) -> None:
+        if reply is not None:
+            reply.fail(RegistryClosedError("the session registry is shut down"))
+        elif isinstance(message, Wake):
+            parked = message.mailbox.take_parked()
+            if parked is not None:
+                self.books.parked_woken(parked)
+            self._answer_closed(message.mailbox)
+
+    def _start_supervisor(self) -> pykka.ActorRef[SupervisorActor]:
+        actor_class = _DaemonSupervisorActor if self._context.daemon_threads else SupervisorActor
+        return actor_class.start(self)
+
+    def _take_over(self, refused: pykka.ActorRef[SupervisorActor] | None = None) -> bool:
+        """Start a new supervisor if ours died, or is ``refused`` (one that handed
+        over), unless we are shutting down."""
+        with self._takeover_lock:
+            if self._supervisor is not refused and self._supervisor.is_alive():
+                return True
+            if self._closed:
+                return False
+            logger.warning("supervisor of registry %s died; taking over", self.registry_id)
+            self.books.takeovers += 1
+            self._supervisor = self._start_supervisor()
+            return True
+
+
+class _CloseReply:
+    """A close's reply: on a crash, the supervisor puts the session back first."""
+
+    __slots__ = ("_mailbox", "_reply", "_system")
+
+    def __init__(self, system: SessionSystem, mailbox: SessionMailbox, reply: Reply) -> None:
+        self._system = system
+        self._mailbox = mailbox
+        self._reply = reply
+
+    def resolve(self, value: object) -> None:
+        self._reply.resolve(value)
+
+    def fail(self, error: BaseException) -> None:
+        if isinstance(error, SessionCrashedError):
+            reopen = Reopen(mailbox=self._mailbox, answer=self._reply, error=error)
+            self._system.tell_supervisor(reopen)
+        else:
+            self._reply.fail(error)
+
+
+_HANDLERS: dict[type[Any], Callable[[SessionSystem, Any], None]] = {
+    Create: SessionSystem._start_session,
+    Closing: SessionSystem._route_close,
+    Reopen: SessionSystem._reopen,
+    Gone: SessionSystem._forget,
+    Sweep: SessionSystem._sweep,
+    Stop: SessionSystem._stop_sessions,
+    Wake: SessionSystem._activate,
+    Crashed: SessionSystem._decide,
+    Proceed: SessionSystem._proceed,
+}

@@ -1,0 +1,315 @@
+"""``duplex-supervisor``: serve the gateway, run chaos clients, or both (demo)."""
+# The flags are in supervisor/_cli_flags.py, the servers in
+# supervisor/gateway/_servers.py, logging in supervisor/gateway/_logs.py.
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+
+import trio
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from supervisor._cli_flags import SECRET_ENV, parser, read_secret
+from supervisor.gateway._chaos import ChaosConfig, ChaosReport, ClientReport, run_chaos
+from supervisor.gateway._engine import (
+    DemoEngine,
+    Engine,
+    EngineConfig,
+    load_callable,
+    load_engine_factory,
+)
+from supervisor.gateway._logs import configure_logging
+from supervisor.gateway._server import Gateway, GatewayConfig, serve_gateway
+from supervisor.gateway._servers import SERVER_ALIASES, ServeOptions, run_server
+from supervisor.gateway._wire_client import WireClosedError
+
+__all__ = ["main"]
+
+logger = logging.getLogger("duplex_supervisor.supervisor")
+
+
+def _table(report: ChaosReport, gateway: Gateway | None) -> Table:
+    t = report.totals
+    table = Table(title="duplex-supervisor chaos run", show_header=True)
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    rows: list[tuple[str, object]] = [
+        ("sessions", t.sessions),
+        ("events delivered", t.events_delivered),
+        ("disconnects", t.disconnects),
+        ("resumes", t.resumes),
+        ("replayed events", t.replayed),
+        ("inputs (answered)", f"{t.inputs} ({t.answered})"),
+        ("lost", t.lost),
+        ("duplicated", t.duplicated),
+        ("errors", t.errors),
+    ]
+    if gateway is not None:
+        stats = gateway.registry.stats()
+        rows.append(("server: events journaled", stats.events_journaled))
+        rows.append(("server: crashes / restarts", f"{stats.crashes} / {stats.restarts}"))
+    for name, value in rows:
+        table.add_row(name, str(value))
+    table.add_row(
+        "verdict", "[green]nothing lost or repeated[/]" if report.ok else "[red]FAILED[/]"
+    )
+    return table
+
+
+def _totals_json(report: ChaosReport) -> str:
+    t = report.totals
+    totals = {
+        "sessions": t.sessions,
+        "events_delivered": t.events_delivered,
+        "disconnects": t.disconnects,
+        "resumes": t.resumes,
+        "replayed": t.replayed,
+        "inputs": t.inputs,
+        "answered": t.answered,
+        "lost": t.lost,
+        "duplicated": t.duplicated,
+        "errors": t.errors,
+        "error_codes": t.error_codes,
+    }
+    return json.dumps({"totals": totals, "ok": report.ok})
+
+
+def _chaos_config(args: argparse.Namespace) -> ChaosConfig:
+    return ChaosConfig(
+        clients=args.clients,
+        duration_s=args.duration,
+        drop_rate=args.drop_rate,
+        max_reconnect_delay_s=args.max_reconnect_delay,
+        input_rate_hz=args.input_rate,
+        ack_every=args.ack_every,
+        seed=args.seed,
+        secret=read_secret(args) if args.command == "chaos" else None,
+        ca_file=getattr(args, "ca_file", None),
+    )
+
+
+async def _run_chaos(
+    url: str, config: ChaosConfig, console: Console, gateway: Gateway | None
+) -> ChaosReport:
+    with Progress(
+        TextColumn("[bold]chaos[/]"),
+        BarColumn(),
+        TextColumn("{task.description}"),
+        TimeRemainingColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
+        task = bar.add_task("starting", total=config.duration_s)
+
+        def progress(elapsed: float, totals: ClientReport) -> None:
+            bar.update(
+                task,
+                completed=min(elapsed, config.duration_s),
+                description=(
+                    f"{totals.events_delivered} events, {totals.disconnects} cuts, "
+                    f"{totals.resumes} resumes, lost {totals.lost}, dup {totals.duplicated}"
+                ),
+            )
+
+        return await run_chaos(url, config, progress=progress)
+
+
+def _finish(args: argparse.Namespace, report: ChaosReport, gateway: Gateway | None) -> int:
+    if args.json:
+        print(_totals_json(report))
+    else:
+        Console().print(_table(report, gateway))
+    return 0 if report.ok else 1
+
+
+def _engine_config(args: argparse.Namespace) -> EngineConfig:
+    return EngineConfig(
+        event_rate_hz=args.event_rate,
+        delta_chars=args.delta_chars,
+    )
+
+
+async def _demo(args: argparse.Namespace) -> int:
+    console = Console(stderr=True)
+    server = SERVER_ALIASES.get(args.server, args.server)
+    if server != "trio":
+        return await _demo_in_process(args, console, server)
+    engine = DemoEngine(_engine_config(args))
+    # Every demo client comes from 127.0.0.1: the per-address caps fit the crowd.
+    crowd = max(256, 2 * args.clients)
+    config = GatewayConfig(
+        port=0, max_connections_per_address=crowd, max_sessions_per_address=crowd
+    )
+    async with trio.open_nursery() as nursery:
+        gateway: Gateway = await nursery.start(
+            lambda task_status: serve_gateway(config, engine=engine, task_status=task_status)
+        )
+        report = await _run_chaos(gateway.url, _chaos_config(args), console, gateway)
+        status = _finish(args, report, gateway)
+        nursery.cancel_scope.cancel()
+    return status
+
+
+async def _demo_in_process(args: argparse.Namespace, console: Console, server: str) -> int:
+    """An ASGI server runs on its own loop: ``serve`` in a child process, chaos here."""
+    crowd = str(max(256, 2 * args.clients))
+    command = [sys.executable, "-m", "supervisor", "serve", "--port", "0", "--server", server]
+    command += ["--max-connections-per-address", crowd, "--max-sessions-per-address", crowd]
+    command += ["--event-rate", str(args.event_rate), "--delta-chars", str(args.delta_chars)]
+    command += ["--max-inputs-per-session", str(args.max_inputs_per_session)]
+    command += ["--log-level", "info", "--stats-interval", "3600"]
+    env = {k: v for k, v in os.environ.items() if k != SECRET_ENV}
+    process = await trio.lowlevel.open_process(command, stderr=subprocess.PIPE, env=env)
+    assert process.stderr is not None  # noqa: S101 - asked for above
+    try:
+        url = await _listening_url(process.stderr)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_drain, process.stderr)
+            report = await _run_chaos(url, _chaos_config(args), console, None)
+            process.send_signal(signal.SIGTERM)
+            with trio.fail_after(30):
+                await process.wait()
+            nursery.cancel_scope.cancel()
+    finally:
+        if process.returncode is None:
+            process.kill()
+        with trio.CancelScope(shield=True):
+            await process.wait()
+            await process.stderr.aclose()
+    if process.returncode != 0:
+        raise ValueError(f"the {server} server exited {process.returncode} after SIGTERM")
+    return _finish(args, report, None)
+
+
+async def _listening_url(stream: trio.abc.ReceiveStream) -> str:
+    log = b""
+    with trio.fail_after(30):
+        while b"listening on" not in log or not log.endswith(b"\n"):
+            chunk = await stream.receive_some()
+            if not chunk:
+                raise ValueError(f"the server did not start: {log.decode(errors='replace')}")
+            log += chunk
+    line = next(ln for ln in log.decode().splitlines() if "listening on" in ln)
+    return line.rsplit(" ", 1)[-1]
+
+
+async def _drain(stream: trio.abc.ReceiveStream) -> None:
+    while await stream.receive_some():
+        pass
+
+
+async def _chaos(args: argparse.Namespace) -> int:
+    config = _chaos_config(args)
+    report = await _run_chaos(args.url, config, Console(stderr=True), None)
+    return _finish(args, report, None)
+
+
+def _gateway_config(args: argparse.Namespace) -> GatewayConfig:
+    return GatewayConfig(
+        host=args.host,
+        port=args.port,
+        path=args.path,
+        max_frame_bytes=args.max_frame_bytes,
+        handshake_timeout_s=args.handshake_timeout,
+        ping_interval_s=args.ping_interval,
+        idle_timeout_s=args.idle_timeout,
+        max_sessions=args.max_sessions,
+        disconnect_grace_s=args.disconnect_grace,
+        replay_ttl_s=args.replay_ttl,
+        replay_max_bytes_per_session=args.replay_max_bytes,
+        send_timeout_s=args.send_timeout,
+        shared_secret=read_secret(args),
+        allowed_origins=tuple(args.allowed_origin),
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        resume_failures_allowed=args.resume_failures,
+        resume_failure_window_s=args.resume_window,
+        session_resume_failures_allowed=args.session_resume_failures,
+        session_resume_failure_window_s=args.session_resume_window,
+        trusted_proxies=tuple(args.trusted_proxy),
+        max_sessions_per_address=args.max_sessions_per_address,
+        max_connections=args.max_connections,
+        max_connections_per_address=args.max_connections_per_address,
+        max_inputs_in_flight=args.max_inputs_in_flight,
+        max_inputs_per_second=args.max_inputs_per_second,
+        close_timeout_s=args.close_timeout,
+        secret_failures_allowed=args.secret_failures,
+        secret_failure_window_s=args.secret_window,
+        throttle_max_addresses=args.throttle_addresses,
+        log_interval_s=args.log_interval,
+        max_inputs_per_session=args.max_inputs_per_session,
+    )
+
+
+def _engine(args: argparse.Namespace) -> Engine:
+    if args.engine is None:
+        return DemoEngine(_engine_config(args))
+    engine = load_engine_factory(args.engine)()
+    if not isinstance(engine, Engine):
+        raise ValueError(f"--engine {args.engine}: the factory returned no Engine: {engine!r}")
+    return engine
+
+
+def _serve(args: argparse.Namespace) -> int:
+    authenticate = None
+    if args.authenticate is not None:
+        authenticate = load_callable(args.authenticate, "--authenticate")
+    options = ServeOptions(
+        config=_gateway_config(args),
+        engine=_engine(args),
+        authenticate=authenticate,
+        stats_interval_s=args.stats_interval,
+    )
+    return run_server(args.server, options)
+
+
+def _logging(args: argparse.Namespace) -> None:
+    default = "info" if args.command == "serve" else "warning"
+    level = "debug" if getattr(args, "verbose", False) else getattr(args, "log_level", default)
+    configure_logging(
+        level=getattr(logging, level.upper()),
+        log_format=getattr(args, "log_format", "text"),
+        third_party_level=getattr(
+            logging, getattr(args, "third_party_log_level", "warning").upper()
+        ),
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    _logging(args)
+    try:
+        if args.command == "serve":
+            return _serve(args)
+        runner = {"chaos": _chaos, "demo": _demo}[args.command]
+        return trio.run(runner, args)
+    except BaseExceptionGroup as group:
+        # Raised inside trio nurseries, these arrive in exception groups.
+        interrupted, others = group.split(KeyboardInterrupt)
+        if interrupted is not None and others is None:
+            return 130
+        known, others = group.split((OSError, ValueError, WireClosedError))
+        if known is None or others is not None:
+            raise
+        print(f"duplex-supervisor: {_first_leaf(known)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except (OSError, ValueError, WireClosedError) as exc:
+        print(f"duplex-supervisor: {exc}", file=sys.stderr)
+        return 2
+
+
+def _first_leaf(error: BaseException) -> BaseException:
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    return error

@@ -1,0 +1,476 @@
+"""The command line's flags: every option of ``serve``, ``chaos`` and ``demo``, its
+help and its validation (a bad value exits 2 naming the flag)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from supervisor.gateway._logs import LOG_FORMATS
+from supervisor.gateway._servers import SERVER_ALIASES, SERVERS
+
+__all__ = ["DEFAULT_SERVER", "SECRET_ENV", "parser", "read_secret"]
+
+SECRET_ENV = "DUPLEX_SUPERVISOR_SECRET"  # noqa: S105 - a variable name, not a secret
+#: The server ``serve`` uses unless told: the fastest measured (README, "Embedding").
+DEFAULT_SERVER = "trio"
+_LEVELS = ("debug", "info", "warning", "error")
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("duplex-supervisor")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a port number 0..65535, got {text}") from None
+    if not 0 <= value <= 65_535:
+        raise argparse.ArgumentTypeError(f"must be within 0..65535 (0: any free port), got {text}")
+    return value
+
+
+class _RefuseSecretOnArgv(argparse.Action):
+    def __call__(self, parser: argparse.ArgumentParser, *args: object, **kw: object) -> None:
+        parser.error(
+            "argument --secret: a secret on the command line is visible to every user "
+            f"(ps, /proc); use --secret-file PATH or ${SECRET_ENV}"
+        )
+
+
+def _add_secret_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup, what: str) -> None:
+    parser.add_argument(
+        "--secret-file",
+        metavar="PATH",
+        help=f"{what}: read it from this file (one line; default: ${SECRET_ENV}, or none)",
+    )
+    parser.add_argument(
+        "--secret",
+        action=_RefuseSecretOnArgv,
+        nargs="?",
+        help="refused: a secret in argv is visible in ps; use --secret-file or the "
+        f"environment variable {SECRET_ENV}",
+    )
+
+
+def read_secret(args: argparse.Namespace) -> str | None:
+    path = getattr(args, "secret_file", None)
+    if path is None:
+        return os.environ.get(SECRET_ENV) or None
+    try:
+        secret = Path(path).read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise OSError(exc.errno, f"--secret-file {path}: {exc.strerror or exc}") from None
+    if not secret:
+        raise ValueError(f"--secret-file {path}: the file is empty")
+    return secret
+
+
+def _add_logging_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("logging")
+    group.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="log our own lines at DEBUG (same as --log-level debug)",
+    )
+    group.add_argument(
+        "--log-level",
+        choices=_LEVELS,
+        default=argparse.SUPPRESS,
+        help="level of duplex-supervisor's own loggers (default: info for serve, "
+        "warning otherwise)",
+    )
+    group.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default=argparse.SUPPRESS,
+        help="text lines, or one JSON object per line (default text)",
+    )
+    group.add_argument(
+        "--third-party-log-level",
+        choices=_LEVELS,
+        default=argparse.SUPPRESS,
+        help="level of every other library's loggers: wsproto, pykka, uvicorn, Hypercorn "
+        "(default warning)",
+    )
+
+
+def _positive(kind: Callable[[str], float]) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        value = kind(text)
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+        return value
+
+    return parse
+
+
+def _grace(text: str) -> float | None:
+    if text.strip().lower() == "none":
+        return None
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive or 'none', got {text}")
+    return value
+
+
+def _non_negative(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def _add_engine_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("demo engine")
+    group.add_argument(
+        "--event-rate",
+        type=_non_negative,
+        default=20.0,
+        metavar="HZ",
+        help="events per second each session's engine streams, attached or not (default 20)",
+    )
+    group.add_argument(
+        "--delta-chars",
+        type=_positive(int),
+        default=24,
+        metavar="N",
+        help="characters of text per streamed delta (default 24)",
+    )
+    group.add_argument(
+        "--max-inputs-per-session",
+        type=_positive(int),
+        default=100_000,
+        metavar="N",
+        help="distinct input ids a session answers in its life, each remembered so a "
+        "repeat is never answered twice; a new id past it gets error 'input_limit' "
+        "(default 100000)",
+    )
+
+
+def _add_chaos_flags(parser: argparse.ArgumentParser, *, clients: int, duration: float) -> None:
+    group = parser.add_argument_group("chaos clients")
+    group.add_argument(
+        "--clients",
+        type=_positive(int),
+        default=clients,
+        help=f"concurrent clients, one session each (default {clients})",
+    )
+    group.add_argument(
+        "--duration",
+        type=_positive(float),
+        default=duration,
+        metavar="SECONDS",
+        help=f"how long the clients stream before closing (default {duration:g})",
+    )
+    group.add_argument(
+        "--drop-rate",
+        type=_non_negative,
+        default=0.5,
+        metavar="PER_SECOND",
+        help="chance per second that a client cuts its TCP connection (default 0.5)",
+    )
+    group.add_argument(
+        "--max-reconnect-delay",
+        type=_non_negative,
+        default=0.5,
+        metavar="SECONDS",
+        help="a cut client waits a random delay up to this before resuming (default 0.5)",
+    )
+    group.add_argument(
+        "--input-rate",
+        type=_non_negative,
+        default=1.0,
+        metavar="HZ",
+        help="inputs per second each client sends; each must be answered once (default 1)",
+    )
+    group.add_argument(
+        "--ack-every",
+        type=_positive(int),
+        default=10,
+        metavar="N",
+        help="clients acknowledge after every N events (default 10)",
+    )
+    group.add_argument(
+        "--seed", type=int, default=0, help="seed of every random choice (default 0)"
+    )
+    group.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object (figures under 'totals') on stdout instead of a table",
+    )
+
+
+def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    serve = commands.add_parser(
+        "serve",
+        help="run the gateway until Ctrl-C",
+        description="Serve resumable sessions over WebSocket, fed by the demo engine. "
+        "Ctrl-C closes every connection with 1001 (going away).",
+    )
+    net = serve.add_argument_group("network")
+    net.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
+    net.add_argument(
+        "--port", type=_port, default=8765, help="TCP port 0..65535, 0 for any (default 8765)"
+    )
+    net.add_argument(
+        "--server",
+        choices=(*SERVERS, *SERVER_ALIASES),
+        default=DEFAULT_SERVER,
+        help="trio: the gateway's own WebSocket server on trio ('trio-websocket' is an old "
+        "name for it); asgi-uvicorn: the ASGI app under uvicorn (asyncio); asgi-hypercorn: "
+        f"the ASGI app under Hypercorn's trio worker (default {DEFAULT_SERVER}, the fastest "
+        "measured)",
+    )
+    net.add_argument(
+        "--trusted-proxy",
+        action="append",
+        default=[],
+        metavar="ADDRESS",
+        help="a proxy (address or network) whose X-Forwarded-For names the client for limits "
+        "and throttles (repeatable; default: none, the TCP peer is the client)",
+    )
+    net.add_argument("--path", default="/v1", help="the WebSocket endpoint's path (default /v1)")
+    net.add_argument("--tls-cert", help="PEM certificate: serve wss:// (needs --tls-key)")
+    net.add_argument("--tls-key", help="PEM private key for --tls-cert")
+    net.add_argument(
+        "--allowed-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="accept browsers only from this Origin (repeatable; default: any)",
+    )
+    limits = serve.add_argument_group("limits")
+    limits.add_argument(
+        "--max-frame-bytes",
+        type=_positive(int),
+        default=65_536,
+        help="largest client frame answered normally (default 65536)",
+    )
+    limits.add_argument(
+        "--handshake-timeout",
+        type=_positive(float),
+        default=5.0,
+        help="seconds a new connection has to send its first frame (default 5)",
+    )
+    limits.add_argument(
+        "--ping-interval",
+        type=_positive(float),
+        default=10.0,
+        help="seconds between pings to each client (default 10)",
+    )
+    limits.add_argument(
+        "--idle-timeout",
+        type=_positive(float),
+        default=30.0,
+        help="a client that misses a pong this long is detached (default 30)",
+    )
+    limits.add_argument(
+        "--max-sessions",
+        type=_positive(int),
+        default=10_000,
+        help="sessions held at once, attached or not; one more session.open is answered "
+        "error 'overloaded' and closed 4503 (default 10000)",
+    )
+    limits.add_argument(
+        "--max-sessions-per-address",
+        type=_positive(int),
+        default=256,
+        help="sessions opened from one client address and not yet ended; one more "
+        "session.open from it is answered 'too_many_sessions' and closed 4429 (default 256)",
+    )
+    limits.add_argument(
+        "--max-connections",
+        type=_positive(int),
+        default=10_000,
+        help="TCP connections served at once; more are answered HTTP 503 before the "
+        "upgrade (with TLS: closed) (default 10000)",
+    )
+    limits.add_argument(
+        "--max-connections-per-address",
+        type=_positive(int),
+        default=256,
+        help="TCP connections from one client address at once; more are answered HTTP 429 "
+        "before the upgrade (with TLS: closed) (default 256)",
+    )
+    limits.add_argument(
+        "--max-inputs-in-flight",
+        type=_positive(int),
+        default=8,
+        help="answers a session may have on their way at once; an input past it gets "
+        "error 'busy' (not answered, not remembered: send it again later) (default 8)",
+    )
+    limits.add_argument(
+        "--max-inputs-per-second",
+        type=_positive(float),
+        default=20.0,
+        metavar="RATE",
+        help="inputs a connection may send per second, in bursts of as many; an input past "
+        "it gets error 'rate_limited' (not answered, not remembered) (default 20)",
+    )
+    limits.add_argument(
+        "--close-timeout",
+        type=_positive(float),
+        default=5.0,
+        help="seconds a close handshake may take before the TCP connection is aborted, "
+        "whatever the peer does (default 5)",
+    )
+    limits.add_argument(
+        "--disconnect-grace",
+        type=_grace,
+        default=60.0,
+        help="seconds a detached session waits for a resume, or 'none' to keep detached "
+        "sessions until a client closes them (default 60)",
+    )
+    limits.add_argument(
+        "--replay-ttl",
+        type=_positive(float),
+        default=120.0,
+        help="seconds an unacknowledged event stays replayable (default 120)",
+    )
+    limits.add_argument(
+        "--replay-max-bytes",
+        type=_positive(int),
+        default=4 << 20,
+        help="journal bytes per session before it overflows (default 4 MiB)",
+    )
+    limits.add_argument(
+        "--send-timeout",
+        type=_positive(float),
+        default=10.0,
+        help="a send to a client taking longer gives that socket up (default 10)",
+    )
+    limits.add_argument(
+        "--resume-failures",
+        type=_positive(int),
+        default=5,
+        help="failed resumes allowed per address per window (default 5)",
+    )
+    limits.add_argument(
+        "--resume-window",
+        type=_positive(float),
+        default=60.0,
+        help="seconds of the resume-failure window (default 60)",
+    )
+    limits.add_argument(
+        "--secret-failures",
+        type=_positive(int),
+        default=5,
+        help="wrong secrets allowed per address per window; then session.open from that "
+        "address is answered 'secret_throttled' and closed 4429 (default 5)",
+    )
+    limits.add_argument(
+        "--secret-window",
+        type=_positive(float),
+        default=60.0,
+        help="seconds of the wrong-secret window (default 60)",
+    )
+    limits.add_argument(
+        "--throttle-addresses",
+        type=_positive(int),
+        default=10_000,
+        help="addresses each failure throttle remembers at most; the one whose last "
+        "failure is oldest is forgotten first, and any is forgotten once its window "
+        "passed (default 10000)",
+    )
+    limits.add_argument(
+        "--session-resume-failures",
+        type=_positive(int),
+        default=5,
+        help="failed resumes allowed per session (from any address) per window; a resume "
+        "with the right token is never refused (default 5)",
+    )
+    limits.add_argument(
+        "--session-resume-window",
+        type=_positive(float),
+        default=60.0,
+        help="seconds of the per-session resume-failure window (default 60)",
+    )
+    _add_secret_flags(limits, "session.open must present the gateway's secret")
+    serve.add_argument(
+        "--stats-interval",
+        type=_positive(float),
+        default=10.0,
+        help="seconds between stats log lines (default 10)",
+    )
+    serve.add_argument(
+        "--log-interval",
+        type=_positive(float),
+        default=10.0,
+        help="at most one log line of each kind (refused connections, failed handlers, "
+        "shed connections...) per this many seconds; the rest are counted in one summary "
+        "line (default 10)",
+    )
+    serve.add_argument(
+        "--authenticate",
+        metavar="MODULE:HOOK",
+        help="HOOK(handshake) in MODULE returns the client's identity or None (refused: "
+        "error unauthorized, close 4401); a resume must come from the same identity "
+        "(default: none)",
+    )
+    serve.add_argument(
+        "--engine",
+        metavar="MODULE:FACTORY",
+        help="your engine: FACTORY() in MODULE returns an object with start, answer and stop "
+        "(the Engine protocol); default: the demo engine and its flags",
+    )
+    _add_engine_flags(serve)
+    _add_logging_flags(serve)
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(
+        prog="duplex-supervisor",
+        description=(
+            "Resumable duplex sessions as actors. 'demo' runs a WebSocket gateway and a crowd "
+            "of chaos clients that cut their connections and resume, then reports whether any "
+            "event was lost or repeated."
+        ),
+    )
+    top.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    _add_logging_flags(top)
+    commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    _add_serve(commands)
+
+    chaos = commands.add_parser(
+        "chaos",
+        help="run chaos clients against a gateway",
+        description="Clients that cut their connections at random and resume; exit status 0 "
+        "only if no event was lost or duplicated and no unexpected error came.",
+    )
+    chaos.add_argument("url", help="the gateway, e.g. ws://127.0.0.1:8765/v1 or wss://...")
+    chaos.add_argument(
+        "--ca-file",
+        metavar="PATH",
+        help="PEM certificates to trust for a wss:// gateway (default: the system's)",
+    )
+    _add_secret_flags(chaos, "the gateway's session.open secret")
+    _add_chaos_flags(chaos, clients=20, duration=10.0)
+    _add_logging_flags(chaos)
+
+    demo = commands.add_parser(
+        "demo",
+        help="serve on a free loopback port and run chaos against it",
+        description="The gateway and the chaos clients in one process, on loopback; a table "
+        "(or --json) at the end. Exit status 0 only if lost, duplicated and errors are 0.",
+    )
+    demo.add_argument(
+        "--server",
+        choices=(*SERVERS, *SERVER_ALIASES),
+        default=DEFAULT_SERVER,
+        help=f"the server the demo's gateway runs on, as for serve (default {DEFAULT_SERVER})",
+    )
+    _add_chaos_flags(demo, clients=20, duration=12.0)
+    _add_engine_flags(demo)
+    _add_logging_flags(demo)
+    return top

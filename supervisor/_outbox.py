@@ -1,0 +1,482 @@
+"""Ordered outboxes owned by an event loop, and the port that feeds them.
+
+An outbox is one attachment generation's wire. Session actors post
+deliveries to it from their threads; a :class:`CoalescingPort` carries each
+post onto the loop (many posts, one wake-up while the loop is busy); one pump
+task per outbox sends the frames, in order, through the transport's async
+``send`` and settles every delivery: the waiting caller gets its value or the
+send's exception; an activation reports its outcome to the session first.
+
+The delivery logic is written once, as coroutines that await only what the
+loop-specific subclass supplies (park/wake, a timed call, sleeping), so the
+trio and asyncio outboxes cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal
+
+import trio
+
+from actors._errors import ActivationAbortedError, SendTimeoutError
+from actors._messages import Activate, CloseCallable, Deliver, LifecycleEvent, SendCallable
+from actors._ports import Delivery, delivery_frames, settle_delivered, settle_dropped, settle_failed
+from supervisor._faults import FaultPlan
+
+__all__ = ["AsyncioOutbox", "BlockingTrioOutbox", "CoalescingPort", "OutboxCore", "TrioOutbox"]
+
+logger = logging.getLogger("duplex_supervisor.supervisor")
+
+
+class CoalescingPort:
+    """A :class:`~actors._ports.LoopPort` over a thread-safe ``schedule(fn)``.
+
+    Callables run on the loop in submission order. While a drain is
+    scheduled and not yet run, later submissions ride along with it, so a
+    burst from many actors costs the loop one wake-up. Once the loop has
+    ended, submissions are dropped (a caller that could wait is gone too).
+    """
+
+    def __init__(self, schedule: Callable[[Callable[[], None]], object]) -> None:
+        self._schedule = schedule
+        self._lock = threading.Lock()
+        self._pending: deque[Callable[[], object]] = deque()
+        self._scheduled = False
+        #: The loop's thread, learned at the first drain.
+        self.loop_thread_id: int | None = None
+
+    def submit(self, fn: Callable[[], object]) -> None:
+        with self._lock:
+            self._pending.append(fn)
+            if self._scheduled:
+                return
+            self._scheduled = True
+        try:
+            self._schedule(self._drain)
+        except (trio.RunFinishedError, RuntimeError):
+            with self._lock:
+                self._pending.clear()
+                self._scheduled = False
+
+    def on_loop(self) -> bool:
+        return threading.get_ident() == self.loop_thread_id
+
+    def _drain(self) -> None:
+        self.loop_thread_id = threading.get_ident()
+        while True:
+            with self._lock:
+                if not self._pending:
+                    self._scheduled = False
+                    return
+                batch = list(self._pending)
+                self._pending.clear()
+            for fn in batch:
+                try:
+                    fn()
+                except Exception:
+                    logger.exception("a callback raised on the registry's loop")
+
+
+class OutboxCore:
+    """One attachment's ordered wire; see the module docstring.
+
+    Thread-safe entry points (``post``, ``retire``, ``close_transport``) only
+    submit to the port; everything else runs on the loop.
+    """
+
+    def __init__(
+        self,
+        *,
+        session_id: str,
+        send: SendCallable,
+        close: CloseCallable,
+        port: CoalescingPort,
+        notify: Callable[[LifecycleEvent], None],
+        send_timeout_s: float | None,
+        faults: FaultPlan | None,
+    ) -> None:
+        self._session_id = session_id
+        self._send = send
+        self._close = close
+        self._port = port
+        self._notify = notify
+        self._timeout = math.inf if send_timeout_s is None else send_timeout_s
+        self._faults = faults
+        # Invariant: deliveries posted and not yet settled, in posting order.
+        self._pending: deque[Delivery] = deque()
+        # Invariant: once set, nothing more is sent; pending ones are dropped.
+        self._retired: str | None = None
+        self._close_reason: str | None = None
+        # The caller of the resume that made this outbox gave up: an
+        # activation not yet delivered must fail (and roll back).
+        self._aborted = False
+        self._activating = False
+        self._sends = 0
+        self.finished = False
+
+    # -- any thread ------------------------------------------------------------------
+
+    def post(self, delivery: Delivery) -> None:
+        self._port.submit(lambda: self._accept(delivery))
+
+    def retire(self, reason: str) -> None:
+        self._port.submit(lambda: self.stop(reason, close=False))
+
+    def close_transport(self, reason: str) -> None:
+        self._port.submit(lambda: self.stop(reason, close=True))
+
+    # -- on the loop --------------------------------------------------------------------
+
+    @property
+    def idle(self) -> bool:
+        return not self._pending
+
+    def stop(self, reason: str, *, close: bool) -> None:
+        if self._retired is not None:
+            return
+        self._retired = reason
+        if close:
+            self._close_reason = reason
+        while self._pending:
+            settle_dropped(self._pending.popleft(), reason)
+        self._wake()
+
+    def abort_activation(self) -> None:
+        """The resume's caller was cancelled: fail its activation unless delivered."""
+        self._aborted = True
+        for delivery in [d for d in self._pending if isinstance(d.effect, Activate)]:
+            self._pending.remove(delivery)
+            settle_failed(delivery, ActivationAbortedError("the resume's caller was cancelled"))
+        if self._activating:
+            self._cancel_current_send()
+
+    def _accept(self, delivery: Delivery) -> None:
+        if self._retired is not None:
+            settle_dropped(delivery, self._retired)
+        elif self._aborted and isinstance(delivery.effect, Activate):
+            settle_failed(delivery, ActivationAbortedError("the resume's caller was cancelled"))
+        else:
+            self._pending.append(delivery)
+            self._wake()
+
+    async def run(self) -> None:
+        """The pump: send, in order, until retired."""
+        try:
+            while True:
+                while self._pending and self._retired is None:
+                    await self._deliver(self._pending[0])
+                if self._retired is not None:
+                    if self._close_reason is not None:
+                        await self._close_now(self._close_reason)
+                    return
+                await self._park()
+        finally:
+            self.finished = True
+
+    async def _deliver(self, delivery: Delivery) -> None:
+        effect = delivery.effect
+        self._activating = isinstance(effect, Activate)
+        try:
+            if not await self._within_timeout(lambda: self._send_frames(effect)):
+                raise SendTimeoutError(
+                    f"a send to session {self._session_id} took longer than {self._timeout} s"
+                )
+        except BaseException as exc:
+            self._discard(delivery)
+            if self._propagates(exc):
+                settle_dropped(delivery, "cancelled")
+                raise
+            self._failed(delivery, exc)
+            return
+        finally:
+            self._activating = False
+        self._discard(delivery)
+        on_delivered = getattr(effect, "on_delivered", None)
+        if on_delivered is not None:
+            try:
+                on_delivered()
+            except Exception:
+                logger.exception("on_accepted raised in session %s", self._session_id)
+        settle_delivered(delivery)
+
+    def _discard(self, delivery: Delivery) -> None:
+        if self._pending and self._pending[0] is delivery:
+            self._pending.popleft()
+
+    def _failed(self, delivery: Delivery, exc: BaseException) -> None:
+        generation = delivery.effect.attachment_generation
+        if isinstance(exc, SendTimeoutError):
+            # The library gives up on a hung transport itself.
+            settle_failed(delivery, exc)
+            self._give_up("send_timeout", generation)
+        elif not settle_failed(delivery, exc):
+            # Nobody waits for this frame, so nobody else would notice.
+            self._give_up("send_failed", generation)
+
+    def _give_up(self, reason: Literal["send_timeout", "send_failed"], generation: int) -> None:
+        self._notify(
+            LifecycleEvent(
+                kind=reason,
+                session_id=self._session_id,
+                attachment_generation=generation,
+                reason=reason,
+            )
+        )
+        self.stop(reason, close=True)
+
+    async def _send_frames(self, effect: Deliver | Activate) -> None:
+        # One timer for the delivery, restarted per frame: the timeout bounds
+        # each send, not a long replay as a whole. The first frame's is the
+        # one _within_timeout just started (a deadline set twice per frame
+        # was a measured cost of every awaited send).
+        faults = self._faults
+        for index, frame in enumerate(delivery_frames(effect)):
+            self._sends += 1
+            if index:
+                self._restart_timer()
+            if faults is not None:
+                action = faults.transport_action(
+                    self._session_id, effect.attachment_generation, self._sends
+                )
+                if action is not None:
+                    await action.apply(self._sleep)
+            await self._send(frame)
+
+    async def _close_now(self, reason: str) -> None:
+        try:
+            if self._faults is not None:
+                self._faults.check_close(self._session_id)
+            await self._within_timeout(lambda: self._close(reason))
+        except Exception:  # noqa: BLE001 - a failed close is logged; the session goes on
+            logger.warning("closing a transport of session %s failed", self._session_id)
+
+    # -- what a loop supplies ---------------------------------------------------------
+
+    async def _park(self) -> None:
+        raise NotImplementedError
+
+    def _wake(self) -> None:
+        raise NotImplementedError
+
+    async def _within_timeout(self, call: Callable[[], Awaitable[None]]) -> bool:
+        """Await ``call()``; ``False`` if the send timeout ran out first."""
+        raise NotImplementedError
+
+    def _restart_timer(self) -> None:
+        """Give the send about to start a whole ``send_timeout_s`` of its own."""
+        raise NotImplementedError
+
+    async def _sleep(self, seconds: float) -> None:
+        raise NotImplementedError
+
+    def _cancel_current_send(self) -> None:
+        raise NotImplementedError
+
+    def _propagates(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is the pump's own cancellation, not a failed send."""
+        raise NotImplementedError
+
+
+class TrioOutbox(OutboxCore):
+    """The outbox on a trio loop; its pump runs in the registry's nursery."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._lot = trio.lowlevel.ParkingLot()
+        self._scope: trio.CancelScope | None = None
+
+    async def _park(self) -> None:
+        await self._lot.park()
+
+    def _wake(self) -> None:
+        self._lot.unpark_all()
+
+    async def _within_timeout(self, call: Callable[[], Awaitable[None]]) -> bool:
+        with trio.CancelScope(deadline=trio.current_time() + self._timeout) as scope:
+            self._scope = scope
+            await call()
+        self._scope = None
+        if scope.cancelled_caught:
+            if self._aborted and self._activating:
+                raise ActivationAbortedError("the resume's caller was cancelled")
+            return False
+        return True
+
+    def _restart_timer(self) -> None:
+        if self._scope is not None and self._timeout != math.inf:
+            self._scope.deadline = trio.current_time() + self._timeout
+
+    async def _sleep(self, seconds: float) -> None:
+        await trio.sleep(seconds)
+
+    def _cancel_current_send(self) -> None:
+        if self._scope is not None:
+            self._scope.cancel()
+
+    def _propagates(self, exc: BaseException) -> bool:
+        # A trio.Cancelled from the send is a failed send; if the pump itself
+        # is being cancelled, its next checkpoint raises again.
+        return False
+
+
+class BlockingTrioOutbox(TrioOutbox):
+    """A trio outbox over a blocking transport (the thread door's).
+
+    ``send`` and ``close`` are plain blocking callables, run on worker
+    threads. A delivery's frames go out in one worker-thread hop (a hop per
+    frame cost the thread door five sixths of its throughput); the send
+    timeout still bounds each frame: the worker stamps when each frame's
+    send began, and a watchdog cuts the delivery once one frame ran
+    ``send_timeout_s`` (the worker thread is abandoned, still blocked).
+    With a fault plan, frames go one hop each, so faults hit the nth send.
+    """
+
+    def __init__(self, *, limiter: trio.CapacityLimiter, **kwargs: Any) -> None:
+        blocking_send: Callable[[dict[str, object]], object] = kwargs.pop("send")
+        blocking_close: Callable[[str], object] = kwargs.pop("close")
+
+        async def send_in_thread(frame: dict[str, object]) -> None:
+            await trio.to_thread.run_sync(
+                blocking_send, frame, abandon_on_cancel=True, limiter=limiter
+            )
+
+        async def close_in_thread(reason: str) -> None:
+            await trio.to_thread.run_sync(
+                blocking_close, reason, abandon_on_cancel=True, limiter=limiter
+            )
+
+        super().__init__(send=send_in_thread, close=close_in_thread, **kwargs)
+        self._blocking_send = blocking_send
+        self._limiter = limiter
+        # When the send in progress began (time.monotonic(), any thread).
+        self._send_began = 0.0
+
+    async def _send_frames(self, effect: Deliver | Activate) -> None:
+        if self._faults is not None:
+            await super()._send_frames(effect)
+            return
+        frames = list(delivery_frames(effect))
+        self._sends += len(frames)
+        send = self._blocking_send
+
+        def send_all() -> None:
+            for frame in frames:
+                self._send_began = time.monotonic()
+                send(frame)
+
+        await trio.to_thread.run_sync(send_all, abandon_on_cancel=True, limiter=self._limiter)
+
+    def _restart_timer(self) -> None:
+        self._send_began = time.monotonic()
+
+    async def _within_timeout(self, call: Callable[[], Awaitable[None]]) -> bool:
+        if self._timeout == math.inf:
+            return await super()._within_timeout(call)
+        self._send_began = time.monotonic()
+        timed_out = False
+        failure: BaseException | None = None
+        with trio.CancelScope() as scope:
+            self._scope = scope
+
+            async def watchdog() -> None:
+                nonlocal timed_out
+                while (left := self._send_began + self._timeout - time.monotonic()) > 0:
+                    await trio.sleep(left)
+                timed_out = True
+                scope.cancel()
+
+            try:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(watchdog)
+                    await call()
+                    nursery.cancel_scope.cancel()
+            except BaseExceptionGroup as group:
+                if len(group.exceptions) != 1 or isinstance(group.exceptions[0], trio.Cancelled):
+                    raise  # a cancellation is the scope's to catch
+                # The send's own error, not a group the nursery made of it.
+                failure = group.exceptions[0]
+        self._scope = None
+        if failure is not None:
+            raise failure
+        if scope.cancelled_caught and not timed_out:
+            # Only an abort cancels this scope otherwise.
+            raise ActivationAbortedError("the resume's caller was cancelled")
+        return not timed_out
+
+
+class AsyncioOutbox(OutboxCore):
+    """The outbox on an asyncio loop; its pump is a task on that loop."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._event = asyncio.Event()
+        self._current: asyncio.Task[None] | None = None
+        self._timer: asyncio.Timeout | None = None
+        self._cancelled_by_abort = False
+
+    async def _park(self) -> None:
+        await self._event.wait()
+        self._event.clear()
+
+    def _wake(self) -> None:
+        self._event.set()
+
+    async def _within_timeout(self, call: Callable[[], Awaitable[None]]) -> bool:
+        if not self._activating:
+            # Only an activation's send is ever aborted: any other runs in the
+            # pump's task (a task per delivery was a measured cost).
+            return await self._timed(call)
+        # An activation's sends run as their own task so an abort can cancel
+        # them without touching the pump's own cancellation state.
+        task: asyncio.Task[bool] = asyncio.ensure_future(self._timed(call))
+        self._current = task  # type: ignore[assignment]
+        try:
+            await asyncio.wait({task})
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        finally:
+            self._current = None
+        if task.cancelled() and self._cancelled_by_abort:
+            raise ActivationAbortedError("the resume's caller was cancelled")
+        return task.result()
+
+    async def _timed(self, call: Callable[[], Awaitable[None]]) -> bool:
+        timer = asyncio.timeout(None)
+        try:
+            async with timer:
+                self._timer = timer
+                self._restart_timer()
+                await call()
+        except TimeoutError:
+            if timer.expired():
+                return False
+            raise  # the transport's own TimeoutError: a failed send
+        finally:
+            self._timer = None
+        return True
+
+    def _restart_timer(self) -> None:
+        if self._timer is not None and self._timeout != math.inf:
+            self._timer.reschedule(asyncio.get_running_loop().time() + self._timeout)
+
+    async def _sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+    def _cancel_current_send(self) -> None:
+        if self._current is not None:
+            self._cancelled_by_abort = True
+            self._current.cancel()
+
+    def _propagates(self, exc: BaseException) -> bool:
+        task = asyncio.current_task()
+        return (
+            isinstance(exc, asyncio.CancelledError) and task is not None and (task.cancelling() > 0)
+        )

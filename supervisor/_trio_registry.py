@@ -1,0 +1,161 @@
+"""The trio front door: ``open_session_registry()``.
+
+    async with open_session_registry(
+        replay_ttl_s=30, replay_max_bytes_per_session=1 << 20
+    ) as registry:
+        created = await registry.create("s1", send=ws.send_json, close=ws.aclose)
+        await registry.send_event("s1", {"type": "delta", "text": "hi"})
+
+``send`` and ``close`` are trio async functions. Each attachment's outbox
+pump runs in the registry's nursery; ``on_accepted``, observer callbacks and
+replies reach the loop through ``TrioToken.run_sync_soon``, coalesced, so a
+waiting task never parks a thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import outcome
+import trio
+
+from actors._messages import CloseCallable, SendCallable
+from actors._ports import NO_WAITER
+from supervisor._async_door import AsyncSessionRegistry, LoopReply
+from supervisor._options import RegistryOptions
+from supervisor._outbox import CoalescingPort, OutboxCore, TrioOutbox
+
+__all__ = ["TrioSessionRegistry", "open_session_registry", "serve_registry"]
+
+
+class TrioReply(LoopReply):
+    """Wakes one waiting trio task with ``reschedule``; a cancelled waiter may wait again."""
+
+    __slots__ = ("_task",)
+
+    def __init__(self, port: CoalescingPort, on_settled: Callable[[], None] | None = None) -> None:
+        super().__init__(port, on_settled)
+        self._task: trio.lowlevel.Task | None = None
+
+    def _wake(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            trio.lowlevel.reschedule(task, outcome.Value(None))
+
+    async def wait(self) -> Any:
+        if not self._done:
+            self._task = trio.lowlevel.current_task()
+
+            def abort(_: object) -> trio.lowlevel.Abort:
+                self._task = None
+                return trio.lowlevel.Abort.SUCCEEDED
+
+            await trio.lowlevel.wait_task_rescheduled(abort)
+        else:
+            await trio.lowlevel.checkpoint()
+        return self._outcome()
+
+
+class TrioSessionRegistry(AsyncSessionRegistry):
+    """The registry :func:`open_session_registry` yields, bound to one trio run.
+
+    ``send_event_nowait`` raises ``trio.WouldBlock`` when the session has
+    ``max_pending_per_session`` calls in flight.
+    """
+
+    def __init__(self, *, options: RegistryOptions, nursery: trio.Nursery) -> None:
+        port = CoalescingPort(trio.lowlevel.current_trio_token().run_sync_soon)
+        super().__init__(options=options, port=port)
+        self._nursery = nursery
+
+    def _new_reply(self, on_settled: Callable[[], None] | None = None) -> LoopReply:
+        return TrioReply(self._port, on_settled)
+
+    def _new_outbox(self, **kwargs: Any) -> TrioOutbox:
+        return TrioOutbox(**kwargs)
+
+    def _start_outbox(
+        self, session_id: str, send: SendCallable, close: CloseCallable
+    ) -> OutboxCore:
+        outbox = self._new_outbox(
+            session_id=session_id,
+            send=send,
+            close=close,
+            port=self._port,
+            notify=self._system.notify,
+            send_timeout_s=self._send_timeout_s,
+            faults=self._system.transport_faults,
+        )
+        self._keep(outbox)
+        self._nursery.start_soon(outbox.run, name=f"duplex-outbox:{session_id}")
+        return outbox
+
+    def _would_block(self, session_id: str) -> BaseException:
+        return trio.WouldBlock(f"session {session_id} has too many calls in flight")
+
+    def _new_event(self) -> trio.Event:
+        return trio.Event()
+
+    def _is_cancellation(self, exc: BaseException) -> bool:
+        return isinstance(exc, trio.Cancelled)
+
+    async def _shielded(self, reply: LoopReply, timeout: float) -> Any:
+        with trio.CancelScope(shield=True, deadline=trio.current_time() + timeout):
+            return await reply.wait()
+        raise TimeoutError("no answer within the shielded wait")
+
+    async def _sleep(self, seconds: float) -> None:
+        await trio.sleep(seconds)
+
+    def _now(self) -> float:
+        return trio.current_time()
+
+    async def _in_thread(self, fn: Callable[[], None]) -> None:
+        await trio.to_thread.run_sync(fn)
+
+    async def _ticker(self, interval: float) -> None:
+        while True:
+            await trio.sleep(interval)
+            if not self._closed:
+                self._system.sweep(NO_WAITER)
+
+
+@asynccontextmanager
+async def serve_registry(
+    options: RegistryOptions, registry_class: type[TrioSessionRegistry]
+) -> AsyncIterator[TrioSessionRegistry]:
+    """Run ``registry_class`` in a nursery of the current trio run; shut it down at exit."""
+    async with trio.open_nursery() as nursery:
+        registry = registry_class(options=options, nursery=nursery)
+        if options.sweep_interval_s is not None:
+            nursery.start_soon(registry._ticker, options.sweep_interval_s)
+        try:
+            yield registry
+        finally:
+            with trio.CancelScope(shield=True):
+                await registry._shut_down()
+            nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def open_session_registry(**options: Any) -> AsyncIterator[TrioSessionRegistry]:
+    """Run a session registry for the current trio run, for the block's duration.
+
+    Keyword arguments are the fields of :class:`~supervisor.RegistryOptions`
+    (``replay_ttl_s`` and ``replay_max_bytes_per_session`` are required);
+    a bad value raises ``ValueError`` before any thread starts.
+
+    Leaving the block shuts the registry down, shielded from cancellation:
+    queued ``send_event_nowait`` calls and outboxes drain for up to
+    ``drain_timeout_s``, then every session stops (waiting calls get
+    :class:`~actors.RegistryClosedError`; no transport's ``close`` is
+    called) and every actor thread is joined.
+
+    Yields:
+        TrioSessionRegistry: the registry; ``send`` and ``close`` of its
+        transports are trio async functions.
+    """
+    async with serve_registry(RegistryOptions(**options), TrioSessionRegistry) as registry:
+        yield registry

@@ -1,0 +1,270 @@
+"""Chaos clients: connect, cut at random, resume, and check every event arrived once.
+
+Each client opens a session, acknowledges as it goes, sends inputs, cuts its
+TCP connection at random (no close handshake), waits a short random delay,
+resumes with the last sequence it received and resends inputs not yet
+answered, and at the end closes its session. It checks its own stream:
+sequences contiguous from 1 with no duplicate and no gap, every input
+answered exactly once. Randomness is seeded per client from one seed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import trio
+
+from supervisor.gateway._wire_client import WireClient, WireClosedError, WireRejectedError
+
+__all__ = ["ChaosConfig", "ChaosReport", "ClientReport", "run_chaos"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChaosConfig:
+    clients: int = 20
+    duration_s: float = 10.0
+    #: Chance per second that a client cuts its connection.
+    drop_rate: float = 0.5
+    max_reconnect_delay_s: float = 0.5
+    input_rate_hz: float = 1.0
+    ack_every: int = 10
+    seed: int = 0
+    secret: str | None = field(default=None, repr=False)
+    #: PEM certificates to trust for ``wss://`` (``None``: the system's).
+    ca_file: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.clients < 1:
+            raise ValueError("clients must be >= 1")
+        if not self.duration_s > 0:
+            raise ValueError("duration_s must be positive")
+        if self.drop_rate < 0 or self.input_rate_hz < 0 or self.max_reconnect_delay_s < 0:
+            raise ValueError("rates and delays must be >= 0")
+        if self.ack_every < 1:
+            raise ValueError("ack_every must be >= 1")
+
+
+@dataclass(slots=True)
+class ClientReport:
+    sessions: int = 0
+    events_delivered: int = 0
+    disconnects: int = 0
+    resumes: int = 0
+    replayed: int = 0
+    inputs: int = 0
+    answered: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    errors: int = 0
+    error_codes: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class ChaosReport:
+    totals: ClientReport
+    clients: list[ClientReport]
+
+    @property
+    def ok(self) -> bool:
+        t = self.totals
+        return t.lost == 0 and t.duplicated == 0 and t.errors == 0
+
+    def as_dict(self) -> dict[str, object]:
+        return {"totals": dataclasses.asdict(self.totals), "ok": self.ok}
+
+
+class _RefusedError(Exception):
+    """The gateway refused to open a session (its error frame was counted)."""
+
+
+class _Client:
+    """One chaos client's state and checks."""
+
+    def __init__(self, index: int, url: str, config: ChaosConfig) -> None:
+        self.url = url
+        self.config = config
+        self.random = random.Random(config.seed * 1_000_003 + index)  # noqa: S311
+        self.report = ClientReport()
+        self.session_id = ""
+        self.token = ""
+        self.last_seq = 0
+        self.unanswered: dict[str, str] = {}
+        self.answered: set[str] = set()
+        self.input_ids = itertools.count(1)
+        self.prefix = f"c{index}"
+        #: The open connection, if any: closed whatever ends the run.
+        self.ws: WireClient | None = None
+
+    def on_frame(self, frame: dict[str, object]) -> None:
+        seq = frame.get("server_event_seq")
+        kind = frame.get("type")
+        if isinstance(seq, int):
+            if seq == self.last_seq + 1:
+                self.report.events_delivered += 1
+                self.last_seq = seq
+            elif seq <= self.last_seq:
+                self.report.duplicated += 1
+            else:
+                self.report.lost += seq - self.last_seq - 1
+                self.report.events_delivered += 1
+                self.last_seq = seq
+        if kind == "response.done":
+            client_event_id = str(frame.get("client_event_id"))
+            if client_event_id in self.answered:
+                self.report.duplicated += 1
+            else:
+                self.answered.add(client_event_id)
+                self.unanswered.pop(client_event_id, None)
+                self.report.answered += 1
+        elif kind == "session.resumed":
+            self.token = str(frame["resume_token"])
+            replayed = frame.get("replayed")
+            self.report.replayed += replayed if isinstance(replayed, int) else 0
+        elif kind == "error":
+            self.report.errors += 1
+            code = str(frame.get("code"))
+            self.report.error_codes[code] = self.report.error_codes.get(code, 0) + 1
+
+    async def open(self) -> WireClient:
+        ws = await WireClient.connect(self.url, ca_file=self.config.ca_file)
+        await ws.send_json({"type": "session.open", "secret": self.config.secret})
+        self.ws = ws
+        created = await ws.receive_json()
+        if created.get("type") != "session.created":
+            self.on_frame(created)  # counts the error frame that refused it
+            raise _RefusedError(str(created.get("code")))
+        self.session_id = str(created["session_id"])
+        self.token = str(created["resume_token"])
+        self.report.sessions += 1
+        return ws
+
+    async def resume(self) -> WireClient:
+        ws = self.ws = await WireClient.connect(self.url, ca_file=self.config.ca_file)
+        await ws.send_json(
+            {
+                "type": "session.resume",
+                "session_id": self.session_id,
+                "resume_token": self.token,
+                "last_received_server_event_seq": self.last_seq,
+            }
+        )
+        self.report.resumes += 1
+        for client_event_id, text in list(self.unanswered.items()):
+            await ws.send_json({"type": "input", "client_event_id": client_event_id, "text": text})
+        return ws
+
+    async def send_input(self, ws: WireClient) -> None:
+        client_event_id = f"{self.prefix}-{next(self.input_ids)}"
+        text = "say something " * self.random.randint(1, 4)
+        self.unanswered[client_event_id] = text
+        self.report.inputs += 1
+        await ws.send_json({"type": "input", "client_event_id": client_event_id, "text": text})
+
+    async def pump(self, ws: WireClient, until: float) -> bool:
+        """Receive and act until ``until`` or a random cut; ``True`` if it cut."""
+        tick = 0.05
+        since_ack = 0
+        while trio.current_time() < until:
+            # Only receiving may be cut short: a send cancelled half-way would
+            # leave half a frame on the wire.
+            with trio.move_on_after(tick):
+                while since_ack < self.config.ack_every:
+                    self.on_frame(await ws.receive_json())
+                    since_ack += 1
+            if since_ack >= self.config.ack_every:
+                since_ack = 0
+                await ws.send_json({"type": "ack", "server_event_seq": self.last_seq})
+            if self.random.random() < self.config.input_rate_hz * tick:
+                await self.send_input(ws)
+            if self.random.random() < self.config.drop_rate * tick:
+                return True
+        return False
+
+    async def run(self, deadline: float) -> None:
+        """Play one client to ``deadline``; whatever goes wrong is counted, not raised."""
+        try:
+            await self._play(deadline)
+        except OSError:
+            if self.report.sessions == 0:
+                raise  # no gateway there at all: the caller's error, not chaos
+            self._count_failure("OSError")
+        except WireRejectedError as exc:
+            if self.report.sessions == 0:
+                raise  # the gateway refused the upgrade itself: say its HTTP status
+            self._count_failure(f"http_{exc.status}")
+        except (WireClosedError, trio.BrokenResourceError, _RefusedError) as exc:
+            if not isinstance(exc, _RefusedError):  # a refusal's error frame was counted
+                self._count_failure(type(exc).__name__)
+        finally:
+            if self.ws is not None:
+                with trio.CancelScope(shield=True):
+                    await self.ws.cut()
+
+    def _count_failure(self, name: str) -> None:
+        self.report.errors += 1
+        self.report.error_codes[name] = self.report.error_codes.get(name, 0) + 1
+
+    async def _play(self, deadline: float) -> None:
+        ws = self.ws = await self.open()
+        while await self.pump(ws, deadline):
+            await ws.cut()
+            self.ws = None
+            self.report.disconnects += 1
+            await trio.sleep(self.random.uniform(0, self.config.max_reconnect_delay_s))
+            ws = self.ws = await self.resume()
+        # Let the last answers arrive, then end the session politely.
+        with trio.move_on_after(5):
+            while self.unanswered:
+                self.on_frame(await ws.receive_json())
+        self.report.lost += len(self.unanswered)
+        await ws.send_json({"type": "session.close"})
+        with trio.move_on_after(2):
+            try:
+                while True:
+                    self.on_frame(await ws.receive_json())
+            except WireClosedError:
+                pass
+        await ws.close()
+        self.ws = None
+
+
+def _total(reports: list[ClientReport]) -> ClientReport:
+    total = ClientReport()
+    for report in reports:
+        for f in dataclasses.fields(ClientReport):
+            if f.name == "error_codes":
+                for code, n in report.error_codes.items():
+                    total.error_codes[code] = total.error_codes.get(code, 0) + n
+            else:
+                setattr(total, f.name, getattr(total, f.name) + getattr(report, f.name))
+    return total
+
+
+async def run_chaos(
+    url: str,
+    config: ChaosConfig,
+    *,
+    progress: Callable[[float, ClientReport], None] | None = None,
+) -> ChaosReport:
+    """Run ``config.clients`` chaos clients against ``url``; report what they saw."""
+    clients = [_Client(i, url, config) for i in range(config.clients)]
+    start = trio.current_time()
+    deadline = start + config.duration_s
+
+    async def report_progress() -> None:
+        while progress is not None:
+            progress(trio.current_time() - start, _total([c.report for c in clients]))
+            await trio.sleep(0.2)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(report_progress)
+        async with trio.open_nursery() as crowd:
+            for client in clients:
+                crowd.start_soon(client.run, deadline)
+        nursery.cancel_scope.cancel()
+    reports = [c.report for c in clients]
+    return ChaosReport(totals=_total(reports), clients=reports)

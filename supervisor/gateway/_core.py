@@ -1,0 +1,384 @@
+"""The gateway's protocol for one connection, without I/O: frames and ticks in, actions out.
+
+:class:`ConnectionCore` is the whole protocol of :mod:`supervisor.gateway._protocol`
+as one connection sees it: the first frame (and its deadline), opening or
+resuming, confirming a resume, acks, inputs (rate, dedupe, in-flight and
+lifetime caps), errors and their close codes, keepalive and idle rules. It is
+fed client messages, timer ticks and the outcomes of the calls it asked for,
+and answers with actions (send this frame, close with this code, call the
+registry, call the engine); it never awaits and reads no clock of its own.
+
+The shells (the trio server, the ASGI app) only move bytes and time in and
+out; :mod:`supervisor.gateway.conversation` carries the actions out against a
+registry, an engine and a transport. The protocol is written once, here.
+
+:class:`InputLedger` is a session's answered ids, kept for the session's
+whole life (across connections): it decides whether an input is new, a
+repeat, over the in-flight cap or past the lifetime bound.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from supervisor.gateway._config import GatewayConfig
+from supervisor.gateway._limits import FailureThrottle, InputRate
+from supervisor.gateway._protocol import (
+    CLOSE_CODES,
+    FATAL,
+    Ack,
+    ClientFrame,
+    CloseSession,
+    Input,
+    OpenSession,
+    ProtocolError,
+    ResumeSession,
+    error_frame,
+    parse_client_frame,
+)
+
+__all__ = [
+    "Action",
+    "AnswerInput",
+    "CallAck",
+    "CloseSocket",
+    "ConnectionCore",
+    "EndConnection",
+    "EndSession",
+    "InputLedger",
+    "InputVerdict",
+    "OpenRequested",
+    "Ping",
+    "Reply",
+    "ResumeRequested",
+    "SendDirect",
+    "Throttles",
+    "TransportClosedError",
+]
+
+
+class TransportClosedError(Exception):
+    """A shell's WebSocket is closed (by either side): no more messages either way."""
+
+
+#: What :meth:`InputLedger.decide` says about an input.
+InputVerdict = Literal["answer", "duplicate", "busy", "input_limit"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SendDirect:
+    """Put ``frame`` on the socket itself (no session to send through yet)."""
+
+    frame: Mapping[str, object]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reply:
+    """Send ``frame`` through the session, unjournaled, in order with its events."""
+
+    frame: Mapping[str, object]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CloseSocket:
+    """Close the WebSocket with ``code`` and ``reason``; the connection ends."""
+
+    code: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EndConnection:
+    """Stop serving this connection (it is closed normally by the shell)."""
+
+    why: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OpenRequested:
+    """Admit a new session (secret, caps), create it, send ``session.created``."""
+
+    frame: OpenSession
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResumeRequested:
+    """Run the seed's resume flow for ``frame``."""
+
+    frame: ResumeSession
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallAck:
+    """``registry.acknowledge(session, server_event_seq)``."""
+
+    server_event_seq: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AnswerInput:
+    """Start the engine's answer to a new input (already counted in flight)."""
+
+    client_event_id: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EndSession:
+    """The client closed its session for good: close it, then the socket (1000)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Ping:
+    """Ping the peer; report its pong with :meth:`ConnectionCore.pong`."""
+
+
+Action = (
+    SendDirect
+    | Reply
+    | CloseSocket
+    | EndConnection
+    | OpenRequested
+    | ResumeRequested
+    | CallAck
+    | AnswerInput
+    | EndSession
+    | Ping
+)
+
+
+class Phase(enum.Enum):
+    FIRST_FRAME = "first_frame"
+    ADMITTING = "admitting"
+    OPEN = "open"
+    ENDED = "ended"
+
+
+def _digest(client_event_id: str) -> bytes:
+    return hashlib.blake2b(client_event_id.encode("utf-8"), digest_size=16).digest()
+
+
+@dataclass(slots=True)
+class InputLedger:
+    """One session's inputs for its whole life: answered ids (16-byte digests),
+    answers in flight. Only an input to answer is remembered."""
+
+    max_ids: int
+    max_in_flight: int
+    answered: set[bytes] = field(default_factory=set)
+    in_flight: int = 0
+
+    def decide(self, client_event_id: str) -> InputVerdict:
+        digest = _digest(client_event_id)
+        if digest in self.answered:
+            return "duplicate"
+        if len(self.answered) >= self.max_ids:
+            return "input_limit"
+        if self.in_flight >= self.max_in_flight:
+            return "busy"
+        self.answered.add(digest)
+        self.in_flight += 1
+        return "answer"
+
+    def done(self) -> None:
+        """One answer finished (sent, or given up with its session)."""
+        self.in_flight = max(0, self.in_flight - 1)
+
+
+class Throttles:
+    """Failed resumes (per client address and per session) and wrong secrets or
+    refused identities (per client address). Only a failure is ever refused:
+    callers verify the credential first and come here once it was wrong, so
+    the right token or secret is never answered throttled. Each failure
+    counts; the answer is the failure's own error until its key is blocked."""
+
+    def __init__(self, config: GatewayConfig) -> None:
+        keys = config.throttle_max_addresses
+        self._resumes = FailureThrottle(
+            config.resume_failures_allowed, config.resume_failure_window_s, keys
+        )
+        self._sessions = FailureThrottle(
+            config.session_resume_failures_allowed, config.session_resume_failure_window_s, keys
+        )
+        self._secrets = FailureThrottle(
+            config.secret_failures_allowed, config.secret_failure_window_s, keys
+        )
+
+    def __len__(self) -> int:
+        """Keys (addresses, sessions) held now: bounded and expiring."""
+        return len(self._resumes) + len(self._sessions) + len(self._secrets)
+
+    def failed_resume(
+        self, address: str, session_id: str, error: ProtocolError, now: float
+    ) -> ProtocolError:
+        blocked = self._resumes.blocked(address, now) or self._sessions.blocked(session_id, now)
+        self._resumes.failed(address, now)
+        self._sessions.failed(session_id, now)
+        if blocked:
+            return ProtocolError("resume_throttled", "too many failed resumes; wait and retry")
+        return error
+
+    def failed_credential(self, address: str, message: str, now: float) -> ProtocolError:
+        blocked = self._secrets.blocked(address, now)
+        self._secrets.failed(address, now)
+        if blocked:
+            return ProtocolError("secret_throttled", "too many wrong secrets from this address")
+        return ProtocolError("unauthorized", message)
+
+
+class ConnectionCore:
+    """One connection's protocol state. ``keepalive``: whether this shell pings
+    (an ASGI server pings by itself, so its shell does not)."""
+
+    def __init__(self, config: GatewayConfig, now: float, *, keepalive: bool = True) -> None:
+        self._config = config
+        self._keepalive = keepalive
+        self.phase = Phase.FIRST_FRAME
+        self._deadline = now + config.handshake_timeout_s
+        self._rate = InputRate(config.max_inputs_per_second)
+        self._ping_at = now + config.ping_interval_s
+        self._ping_sent: float | None = None
+        #: Set when a resume attached this connection; cleared by the client's
+        #: next frame (the confirmation that ``session.resumed`` arrived).
+        self.unconfirmed_resume = False
+        self.session_id: str | None = None
+        self.attachment_generation: int | None = None
+        #: Error codes this connection sent, in order (for counters and tests).
+        self.errors: list[str] = []
+
+    # -- what the shell feeds in ----------------------------------------------------
+
+    def next_deadline(self) -> float | None:
+        """When :meth:`tick` has something to do next (``None``: nothing timed)."""
+        if self.phase is Phase.FIRST_FRAME:
+            return self._deadline
+        if self.phase is not Phase.OPEN or not self._keepalive:
+            return None
+        if self._ping_sent is not None:
+            return self._ping_sent + self._config.idle_timeout_s
+        return self._ping_at
+
+    def tick(self, now: float) -> list[Action]:
+        if self.phase is Phase.FIRST_FRAME and now >= self._deadline:
+            return self._fatal(ProtocolError("handshake_timeout", "no first frame in time"))
+        if self.phase is not Phase.OPEN or not self._keepalive:
+            return []
+        if self._ping_sent is not None:
+            if now >= self._ping_sent + self._config.idle_timeout_s:
+                self.phase = Phase.ENDED
+                return [EndConnection(why="idle")]
+            return []
+        if now >= self._ping_at:
+            self._ping_sent = now
+            return [Ping()]
+        return []
+
+    def pong(self, now: float) -> None:
+        self._ping_sent = None
+        self._ping_at = now + self._config.ping_interval_s
+
+    def receive(self, message: str | bytes, now: float) -> list[Action]:
+        """A client message (a whole text or binary WebSocket message)."""
+        if self.phase is Phase.ENDED:
+            return []
+        if self.phase is Phase.FIRST_FRAME:
+            return self._first(message)
+        if self.phase is Phase.ADMITTING:
+            # The shell reads no more until the admission is settled.
+            return []
+        self.unconfirmed_resume = False
+        try:
+            frame = self._parse(message)
+            if isinstance(frame, Ack):
+                return [CallAck(server_event_seq=frame.server_event_seq)]
+            if isinstance(frame, Input):
+                if not self._rate.allow(now):
+                    raise ProtocolError(
+                        "rate_limited",
+                        f"more than {self._config.max_inputs_per_second:g} inputs a second",
+                        client_event_id=frame.client_event_id,
+                    )
+                return [AnswerInput(client_event_id=frame.client_event_id, text=frame.text)]
+            if isinstance(frame, CloseSession):
+                self.phase = Phase.ENDED
+                return [EndSession()]
+            raise ProtocolError("bad_request", "the session is already open")
+        except ProtocolError as error:
+            return self.fail(error)
+
+    def admitted(self, session_id: str, generation: int, *, resumed: bool, now: float) -> None:
+        """The open or resume asked for succeeded; the session is attached here."""
+        self.phase = Phase.OPEN
+        self.session_id = session_id
+        self.attachment_generation = generation
+        # A resume stays unconfirmed until the client speaks on this
+        # connection: session.resumed may have died with the link, leaving
+        # the client only the token it presented.
+        self.unconfirmed_resume = resumed
+        self._ping_at = now + self._config.ping_interval_s
+
+    def input_verdict(self, client_event_id: str, verdict: InputVerdict) -> list[Action]:
+        """What the session's :class:`InputLedger` said about an input to answer."""
+        if verdict == "answer":
+            return []
+        if verdict == "duplicate":
+            return [Reply(frame={"type": "input.duplicate", "client_event_id": client_event_id})]
+        if verdict == "busy":
+            message = f"{self._config.max_inputs_in_flight} answers are still on their way"
+        else:
+            message = "the session answered its maximum of inputs"
+        return self.fail(ProtocolError(verdict, message, client_event_id=client_event_id))
+
+    def fail(self, error: ProtocolError) -> list[Action]:
+        """Answer ``error``: fatal ones (and any before a session) close the socket."""
+        if self.phase is Phase.ENDED:
+            return []
+        if self.phase is Phase.OPEN and error.code not in FATAL:
+            self.errors.append(error.code)
+            return [Reply(frame=error_frame(error))]
+        return self._fatal(error)
+
+    def session_gone(self) -> list[Action]:
+        return self._fatal(ProtocolError("session_failed", "the session is gone"))
+
+    def ended(self) -> None:
+        """The connection is over, whatever ended it."""
+        self.phase = Phase.ENDED
+
+    # -- inside ---------------------------------------------------------------------
+
+    def _first(self, message: str | bytes) -> list[Action]:
+        try:
+            frame = self._parse(message)
+        except ProtocolError as error:
+            return self._fatal(error)
+        if isinstance(frame, OpenSession):
+            self.phase = Phase.ADMITTING
+            return [OpenRequested(frame=frame)]
+        if isinstance(frame, ResumeSession):
+            self.phase = Phase.ADMITTING
+            return [ResumeRequested(frame=frame)]
+        return self._fatal(
+            ProtocolError("bad_request", "first frame must be session.open or resume")
+        )
+
+    def _fatal(self, error: ProtocolError) -> list[Action]:
+        self.phase = Phase.ENDED
+        self.errors.append(error.code)
+        code = CLOSE_CODES[error.code] if error.code in FATAL else CLOSE_CODES["bad_request"]
+        return [SendDirect(frame=error_frame(error)), CloseSocket(code=code, reason=error.code)]
+
+    def _parse(self, message: str | bytes) -> ClientFrame:
+        limit = self._config.max_frame_bytes
+        # A text frame's bytes are its UTF-8, up to 4 per character.
+        if len(message) > limit or (
+            isinstance(message, str)
+            and len(message) * 4 > limit
+            and len(message.encode("utf-8", "surrogatepass")) > limit
+        ):
+            raise ProtocolError("bad_request", f"frame over {limit} bytes")
+        return parse_client_frame(message)

@@ -1,0 +1,282 @@
+"""``serve --server``: run the gateway on one of its shells until SIGINT or SIGTERM.
+
+``trio``
+    The gateway's own WebSocket server (h11 + wsproto on trio,
+    :mod:`supervisor.gateway._server`), the trio door. ``trio-websocket`` is
+    accepted as an old name for it: the project's first server was built on
+    the trio-websocket library, which this one replaced (issue 10).
+``asgi-uvicorn``
+    :class:`~supervisor.gateway.asgi.GatewayApp` under uvicorn (asyncio, the
+    asyncio door; uvicorn's ``websockets`` protocol implementation).
+``asgi-hypercorn``
+    :class:`~supervisor.gateway.asgi.GatewayApp` under Hypercorn's trio worker
+    (the trio door).
+
+Each drains alike: SIGINT or SIGTERM logs one line, closes every client with
+1001 (going away), then stops; SIGTERM exits 0, SIGINT 130. A bind that fails
+names ``host:port``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from types import FrameType
+
+import trio
+
+from supervisor.gateway._auth import Authenticate
+from supervisor.gateway._config import GatewayConfig
+from supervisor.gateway._engine import Engine
+from supervisor.gateway._server import Gateway, serve_gateway, ssl_context
+from supervisor.gateway.asgi import GatewayApp
+
+__all__ = ["SERVERS", "SERVER_ALIASES", "ServeOptions", "run_server"]
+
+logger = logging.getLogger("duplex_supervisor.supervisor")
+
+SERVERS = ("trio", "asgi-uvicorn", "asgi-hypercorn")
+SERVER_ALIASES = {"trio-websocket": "trio"}
+
+_EXIT_STATUS: dict[int, int] = {signal.SIGTERM: 0, signal.SIGINT: 130}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServeOptions:
+    config: GatewayConfig
+    engine: Engine
+    authenticate: Authenticate | None = None
+    stats_interval_s: float = 10.0
+    #: Called with the running gateway's URL (tests and the log read it).
+    on_listening: Callable[[str], None] = field(default=lambda url: None)
+
+
+def _going_away(signum: int) -> None:
+    logger.info(
+        "%s: closing every connection (1001 going away), then stopping",
+        signal.Signals(signum).name,
+    )
+
+
+def _bind_error(config: GatewayConfig, exc: BaseException) -> OSError:
+    """``host:port: why`` (the errno kept as an attribute, out of the message)."""
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    error = OSError(f"{config.host}:{config.port}: {why}")
+    error.errno = exc.errno if isinstance(exc, OSError) else None
+    return error
+
+
+def _url(config: GatewayConfig, port: int) -> str:
+    scheme = "wss" if config.tls_cert else "ws"
+    return f"{scheme}://{config.host}:{port}{config.path}"
+
+
+def run_server(server: str, options: ServeOptions) -> int:
+    """Serve with ``server`` (a name of :data:`SERVERS` or an alias); the exit status."""
+    name = SERVER_ALIASES.get(server, server)
+    ssl_context(options.config)  # every server: a bad certificate or key named up front
+    if name == "trio":
+        return trio.run(_serve_trio, options)
+    if name == "asgi-uvicorn":
+        return _serve_uvicorn(options)
+    if name == "asgi-hypercorn":
+        return trio.run(_serve_hypercorn, options)
+    raise ValueError(f"--server {server!r}: choose one of {', '.join(SERVERS)}")
+
+
+# -- trio ------------------------------------------------------------------------------
+
+
+async def _serve_trio(options: ServeOptions) -> int:
+    # Signals as messages, not a KeyboardInterrupt raised in whatever task
+    # runs: that would crash the handlers before the gateway says going-away.
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            gateway: Gateway = await nursery.start(
+                lambda task_status: serve_gateway(
+                    options.config,
+                    engine=options.engine,
+                    authenticate=options.authenticate,
+                    task_status=task_status,
+                )
+            )
+            options.on_listening(gateway.url)
+            nursery.start_soon(_log_stats_trio, gateway, options.stats_interval_s)
+            signum: int = signal.SIGINT
+            async for received in signals:
+                signum = received
+                break
+            _going_away(signum)
+            nursery.cancel_scope.cancel()
+    return _EXIT_STATUS.get(signum, 0)
+
+
+async def _log_stats_trio(gateway: Gateway, interval: float) -> None:
+    while True:
+        await trio.sleep(interval)
+        log_stats(gateway.service)
+
+
+def log_stats(service: object) -> None:
+    from supervisor.gateway._service import GatewayService  # noqa: PLC0415 - a type only
+
+    assert isinstance(service, GatewayService)  # noqa: S101
+    stats = service.registry.stats()
+    logger.info(
+        "sessions=%d attached=%d events=%d resumes=%d connections_open=%d errors=%d",
+        stats.sessions,
+        stats.attached,
+        stats.events_journaled,
+        stats.resumes,
+        service.connections_open(),
+        sum(service.counters.errors.values()),
+    )
+
+
+# -- uvicorn -----------------------------------------------------------------------------
+
+
+def _serve_uvicorn(options: ServeOptions) -> int:
+    import uvicorn  # noqa: PLC0415 - only this server needs it
+
+    config = options.config
+    app = GatewayApp(config, engine=options.engine, authenticate=options.authenticate)
+    received: list[int] = []
+
+    class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Generator[None, None, None]:
+            # uvicorn re-raises the signal once stopped (SIGTERM would then
+            # kill the process): record it instead, and exit with a status.
+            handled = (signal.SIGINT, signal.SIGTERM)
+            original = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
+            try:
+                yield
+            finally:
+                for sig, handler in original.items():
+                    signal.signal(sig, handler)
+
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            if not received:
+                received.append(sig)
+                _going_away(sig)
+            super().handle_exit(sig, frame)
+
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            # Before uvicorn's own (it would close WebSockets 1012).
+            await app.go_away()
+            await super().shutdown(sockets)
+
+    sock = socket.socket(socket.AF_INET6 if ":" in config.host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((config.host, config.port))
+    except OSError as exc:
+        sock.close()
+        raise _bind_error(config, exc) from None
+    port = sock.getsockname()[1]
+    server = Server(
+        uvicorn.Config(
+            app,
+            lifespan="on",
+            log_config=None,
+            access_log=False,
+            proxy_headers=False,
+            server_header=False,
+            ws="websockets-sansio",
+            ws_ping_interval=config.ping_interval_s,
+            ws_ping_timeout=config.idle_timeout_s,
+            ws_max_size=config.max_frame_bytes * 4,
+            ssl_certfile=config.tls_cert,
+            ssl_keyfile=config.tls_key,
+            timeout_graceful_shutdown=int(config.close_timeout_s) + 1,
+        )
+    )
+
+    async def main() -> None:
+        async def announce() -> None:
+            while not server.started:
+                await asyncio.sleep(0.01)
+            logger.info("gateway listening on %s", _url(config, port))
+            options.on_listening(_url(config, port))
+            while True:
+                await asyncio.sleep(options.stats_interval_s)
+                if app.service is not None:
+                    log_stats(app.service)
+
+        announcer = asyncio.create_task(announce())
+        try:
+            await server.serve(sockets=[sock])
+        finally:
+            announcer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await announcer
+
+    asyncio.run(main())
+    return _EXIT_STATUS.get(received[0], 0) if received else 0
+
+
+# -- Hypercorn (trio worker) -------------------------------------------------------------
+
+
+async def _serve_hypercorn(options: ServeOptions) -> int:
+    from hypercorn.config import Config  # noqa: PLC0415 - only this server needs it
+    from hypercorn.trio import serve  # noqa: PLC0415
+
+    config = options.config
+    app = GatewayApp(config, engine=options.engine, authenticate=options.authenticate)
+    settings = Config()
+    settings.bind = [
+        f"[{config.host}]:{config.port}" if ":" in config.host else f"{config.host}:{config.port}"
+    ]
+    settings.accesslog = None
+    settings.errorlog = logging.getLogger("hypercorn.error")
+    settings.websocket_ping_interval = config.ping_interval_s
+    settings.websocket_max_message_size = config.max_frame_bytes * 4
+    settings.graceful_timeout = config.close_timeout_s + 1
+    settings.include_server_header = False
+    if config.tls_cert is not None:
+        settings.certfile, settings.keyfile = config.tls_cert, config.tls_key
+    received: list[int] = []
+
+    async def shutdown_trigger() -> None:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for signum in signals:
+                received.append(signum)
+                break
+        _going_away(received[0])
+        await app.go_away()
+
+    async def stats() -> None:
+        while True:
+            await trio.sleep(options.stats_interval_s)
+            if app.service is not None:
+                log_stats(app.service)
+
+    async with trio.open_nursery() as outer:
+        outer.start_soon(stats)
+        # Hypercorn returns once the trigger fired and its connections closed.
+        async with trio.open_nursery() as nursery:
+            try:
+                binds: list[str] = await nursery.start(
+                    lambda task_status: serve(
+                        app,  # type: ignore[arg-type]
+                        settings,
+                        shutdown_trigger=shutdown_trigger,
+                        task_status=task_status,
+                    )
+                )
+            except* OSError as group:
+                raise _bind_error(config, group) from None
+            port = int(binds[0].rsplit(":", 1)[1])
+            logger.info("gateway listening on %s", _url(config, port))
+            options.on_listening(_url(config, port))
+        outer.cancel_scope.cancel()
+    return _EXIT_STATUS.get(received[0], 0) if received else 0

@@ -1,0 +1,382 @@
+"""The gateway behind every shell: one registry, one engine, the protocol core run
+against a transport.
+
+:class:`GatewayService` is what the trio server (:mod:`supervisor.gateway._server`)
+and the ASGI app (:mod:`supervisor.gateway.asgi`) share. A shell accepts a
+WebSocket, wraps it as a :class:`Transport` and calls :meth:`GatewayService.converse`,
+which feeds a :class:`~supervisor.gateway._core.ConnectionCore` the client's
+messages and the clock, and carries its actions out (the registry, the
+engine, the socket). It runs on anyio, so on trio or asyncio alike; the
+registry must be the door of the loop it runs on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+from collections.abc import Awaitable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+import anyio
+import anyio.abc
+
+from actors._errors import InvalidSequenceError, SessionCrashedError, SessionError
+from actors._messages import LifecycleEvent
+from supervisor._async_door import AsyncSessionRegistry
+from supervisor.gateway._admission import Admission
+from supervisor.gateway._auth import Authenticate, Handshake, Unauthorized
+from supervisor.gateway._config import GatewayConfig, GatewayCounters
+from supervisor.gateway._core import (
+    Action,
+    AnswerInput,
+    CallAck,
+    CloseSocket,
+    ConnectionCore,
+    EndConnection,
+    EndSession,
+    OpenRequested,
+    Phase,
+    Ping,
+    Reply,
+    ResumeRequested,
+    SendDirect,
+    TransportClosedError,
+)
+from supervisor.gateway._engine import Engine
+from supervisor.gateway._limits import LogLimiter
+from supervisor.gateway._operations import GatewayMetrics
+from supervisor.gateway._protocol import CLOSE_CODES, REPLACED_CLOSE_CODE, ProtocolError
+from supervisor.gateway._sessions import EngineWork, TaskSpawner
+
+__all__ = ["GOING_AWAY", "GatewayService", "Transport", "TransportClosedError"]
+
+logger = logging.getLogger("duplex_supervisor.supervisor")
+
+GOING_AWAY = 1001
+
+
+class Transport(Protocol):
+    """One accepted WebSocket, as a shell provides it."""
+
+    async def receive(self) -> str | bytes:
+        """The next whole message; :class:`TransportClosedError` once closed."""
+        ...
+
+    async def send(self, text: str) -> None:
+        """One text message; :class:`TransportClosedError` if closed."""
+        ...
+
+    async def close(self, code: int, reason: str | None) -> None:
+        """Close (bounded in time, idempotent)."""
+        ...
+
+    async def ping(self) -> None:
+        """Ping and wait for the pong (only called when the shell keeps alive)."""
+        ...
+
+
+@dataclass(slots=True)
+class _Connection:
+    ws: Transport
+    core: ConnectionCore
+    handshake: Handshake
+    identity: object = None
+    pings: anyio.abc.TaskGroup | None = None
+
+
+def _dumps(frame: Mapping[str, object]) -> str:
+    return json.dumps(frame, separators=(",", ":"), ensure_ascii=False)
+
+
+class GatewayService:
+    """Sessions of ``registry`` fed by ``engine``; see the module docstring."""
+
+    def __init__(
+        self,
+        config: GatewayConfig,
+        registry: AsyncSessionRegistry,
+        engine: Engine,
+        task_group: TaskSpawner,
+        *,
+        authenticate: Authenticate | None = None,
+        counters: GatewayCounters | None = None,
+    ) -> None:
+        self.config = config
+        self.registry = registry
+        self.engine = engine
+        self.counters = counters or GatewayCounters()
+        self.log = LogLimiter(logger, config.log_interval_s)
+        self.admission = Admission(config, registry, self.counters)
+        self.work = EngineWork(
+            registry,
+            engine,
+            task_group,
+            max_inputs_per_session=config.max_inputs_per_session,
+            max_inputs_in_flight=config.max_inputs_in_flight,
+            on_overflow=self.on_overflow,
+        )
+        self._task_group = task_group
+        self._authenticate = authenticate
+        self._live: dict[str, Transport] = {}
+        self._sockets: set[Transport] = set()
+        #: False once shutting down: /readyz answers 503, new connections 1001.
+        self.accepting = True
+        self.frames_delivered = 0
+        self.sends_in_progress = 0
+        self.metrics = GatewayMetrics(self)
+
+    def throttled_addresses(self) -> int:
+        return self.admission.throttled_addresses()
+
+    def connections_open(self) -> int:
+        return len(self._sockets)
+
+    def _log(self, level: int, kind: str, message: str, *args: object, **kw: object) -> None:
+        self.log.log(level, kind, message, *args, now=anyio.current_time(), **kw)  # type: ignore[arg-type]
+
+    # -- the registry's observer -----------------------------------------------------
+
+    def observe(self, event: LifecycleEvent) -> None:
+        """A session that ended stops its engine work and frees its place."""
+        if event.kind in ("closed", "expired", "failed"):
+            self.work.stop(event.session_id)
+            self.admission.release(event.session_id)
+        elif event.kind in ("send_timeout", "send_failed"):
+            # The attachment is given up, never the session: the engine goes
+            # on journaling, and a resume replays what the client missed.
+            self._log(
+                logging.INFO,
+                event.kind,
+                "gave up a client's connection (%s); its session waits for a resume",
+                event.kind,
+            )
+
+    def on_overflow(self, session_id: str) -> None:
+        ws = self._live.get(session_id)
+        if ws is not None:
+            error = ProtocolError("overflow", "the session's journal overflowed; it is closed")
+            self._task_group.start_soon(self._end_session, session_id, ws, error)
+
+    async def go_away(self, timeout_s: float = 2.0) -> None:
+        """Close every connection with 1001, all at once (one silent client must
+        not use up the others' time)."""
+        self.accepting = False
+        with anyio.move_on_after(timeout_s):
+            async with anyio.create_task_group() as group:
+                for ws in list(self._sockets):
+                    group.start_soon(ws.close, GOING_AWAY, "going_away")
+
+    # -- one connection ------------------------------------------------------------
+
+    async def converse(self, ws: Transport, handshake: Handshake, *, keepalive: bool) -> None:
+        """Serve one accepted WebSocket until it ends; the caller closes it after.
+
+        Raises nothing the peer causes; a bug of ours escapes to the shell's
+        error boundary (which closes 1011).
+        """
+        self._sockets.add(ws)
+        core = ConnectionCore(self.config, anyio.current_time(), keepalive=keepalive)
+        try:
+            if not self.accepting:
+                await ws.close(GOING_AWAY, "going_away")
+                return
+            conn = _Connection(ws=ws, core=core, handshake=handshake)
+            conn.identity = await self._identify(conn)
+            if core.phase is Phase.ENDED:
+                return
+            async with anyio.create_task_group() as pings:
+                conn.pings = pings
+                try:
+                    await self._loop(conn)
+                finally:
+                    pings.cancel_scope.cancel()
+        except* TransportClosedError:
+            pass  # the peer left, or we closed: the connection is over
+        finally:
+            self._sockets.discard(ws)
+            core.ended()
+            with anyio.CancelScope(shield=True):
+                await self._left(ws, core)
+
+    async def _identify(self, conn: _Connection) -> object:
+        if self._authenticate is None:
+            return None
+        try:
+            identity = self._authenticate(conn.handshake)
+            if isinstance(identity, Awaitable):
+                identity = await identity
+        except Unauthorized:
+            identity = None
+        if identity is None:
+            try:
+                self.admission.refused_credential(conn.handshake.client, "not authenticated")
+            except ProtocolError as error:
+                await self._act(conn, conn.core.fail(error))
+        return identity
+
+    async def _loop(self, conn: _Connection) -> None:
+        core = conn.core
+        while core.phase is not Phase.ENDED:
+            deadline = core.next_deadline()
+            wait = math.inf if deadline is None else deadline - anyio.current_time()
+            message: str | bytes | None = None
+            with anyio.move_on_after(max(0.0, wait)):
+                message = await conn.ws.receive()
+            now = anyio.current_time()
+            actions = core.tick(now) if message is None else core.receive(message, now)
+            await self._act(conn, actions)
+
+    async def _act(self, conn: _Connection, actions: list[Action]) -> None:
+        for action in actions:
+            more = await self._do(conn, action)
+            if more:
+                await self._act(conn, more)
+
+    async def _do(self, conn: _Connection, action: Action) -> list[Action]:
+        """Carry one action out; the actions its outcome leads to."""
+        ws, core = conn.ws, conn.core
+        if isinstance(action, SendDirect):
+            self._count(action.frame)
+            await ws.send(_dumps(action.frame))
+        elif isinstance(action, CloseSocket):
+            await ws.close(action.code, action.reason)
+        elif isinstance(action, EndConnection):
+            self._log(logging.INFO, "idle", "a peer went silent past the idle timeout")
+        elif isinstance(action, Ping) and conn.pings is not None:
+            conn.pings.start_soon(self._ping, ws, core)
+        elif isinstance(action, OpenRequested | ResumeRequested):
+            return await self._admit(conn, action)
+        elif core.session_id is not None:
+            session_id = core.session_id
+            try:
+                if isinstance(action, Reply):
+                    self._count(action.frame)
+                    await self.registry.send_event(session_id, action.frame, journal=False)
+                elif isinstance(action, CallAck):
+                    try:
+                        await self.registry.acknowledge(session_id, action.server_event_seq)
+                    except InvalidSequenceError as exc:
+                        return core.fail(ProtocolError("bad_request", str(exc)))
+                elif isinstance(action, AnswerInput):
+                    verdict = self.work.answer(session_id, action.client_event_id, action.text)
+                    if verdict is None:
+                        raise KeyError(session_id)
+                    return core.input_verdict(action.client_event_id, verdict)
+                elif isinstance(action, EndSession):
+                    await self._end_session(session_id, ws, None)
+            except KeyError:
+                return core.session_gone()
+            except (SessionError, TransportClosedError):
+                # An answer's send failed (the peer stopped reading past the
+                # send timeout) or the session failed under us: this
+                # connection ends, not the server with every other session.
+                core.ended()
+        return []
+
+    async def _admit(
+        self, conn: _Connection, action: OpenRequested | ResumeRequested
+    ) -> list[Action]:
+        ws, core, identity = conn.ws, conn.core, conn.identity
+        address = conn.handshake.client
+
+        async def send(frame: Mapping[str, object]) -> None:
+            started = anyio.current_time()
+            self.sends_in_progress += 1
+            try:
+                await ws.send(_dumps(frame))
+            finally:
+                self.sends_in_progress -= 1
+            self.frames_delivered += 1
+            self.metrics.send_latency.observe(anyio.current_time() - started)
+
+        async def close(reason: str) -> None:
+            code = REPLACED_CLOSE_CODE if reason == "replaced" else CLOSE_CODES.get(reason, 1011)
+            await ws.close(code, reason)
+
+        resumed = isinstance(action, ResumeRequested)
+        try:
+            if isinstance(action, OpenRequested):
+                session_id, generation = await self.admission.open(
+                    send, close, address, action.frame, identity
+                )
+            else:
+                session_id, generation = await self.admission.resume(
+                    send, close, address, action.frame, identity
+                )
+        except ProtocolError as error:
+            if resumed:
+                self._resume_outcome(error.code)
+                if error.code in ("invalid_resume_token", "resume_throttled", "unauthorized"):
+                    # INFO: a client's mistake or probe, not the server's trouble.
+                    self._log(
+                        logging.INFO,
+                        "resume_refused",
+                        "refused a resume from %s: %s",
+                        address,
+                        error.code,
+                    )
+            return core.fail(error)
+        except SessionError as exc:
+            # A crash (retryable) or a failed session: this client is told,
+            # the gateway and every other session go on.
+            self._log(
+                logging.WARNING, "open", "a session open/resume failed: %s", type(exc).__name__
+            )
+            return core.fail(ProtocolError("session_failed", type(exc).__name__))
+        if resumed:
+            self._resume_outcome("resumed")
+        else:
+            self.work.start(session_id, identity)
+        logger.debug("%s %s from %s", "resumed" if resumed else "opened", session_id, address)
+        core.admitted(session_id, generation, resumed=resumed, now=anyio.current_time())
+        self._live[session_id] = ws
+        return []
+
+    async def _ping(self, ws: Transport, core: ConnectionCore) -> None:
+        with contextlib.suppress(TransportClosedError):
+            await ws.ping()
+            core.pong(anyio.current_time())
+
+    async def _left(self, ws: Transport, core: ConnectionCore) -> None:
+        """The connection ended: roll back an unconfirmed resume, detach."""
+        session_id, generation = core.session_id, core.attachment_generation
+        if session_id is None or generation is None:
+            return
+        if self._live.get(session_id) is ws:
+            del self._live[session_id]
+        with contextlib.suppress(KeyError, SessionError):
+            if core.unconfirmed_resume and await self.registry.abandon_resume(
+                session_id, attachment_generation=generation
+            ):
+                self.counters.unconfirmed_resumes += 1
+        await self.registry.detach(session_id, attachment_generation=generation)
+
+    async def _end_session(
+        self, session_id: str, ws: Transport, error: ProtocolError | None
+    ) -> None:
+        self.work.stop(session_id)
+        try:
+            await self.registry.close(session_id)
+        except SessionCrashedError:
+            # Retryable, and a crashed close left no trace: close it again.
+            await self.registry.close(session_id)
+        with contextlib.suppress(TransportClosedError):
+            if error is None:
+                await ws.close(1000, "session_closed")
+            else:
+                frame = {"type": "error", "code": error.code, "message": error.message}
+                self._count(frame)
+                await ws.send(_dumps(frame))
+                await ws.close(CLOSE_CODES[error.code], error.code)
+
+    def _count(self, frame: Mapping[str, object]) -> None:
+        if frame.get("type") == "error":
+            code = str(frame.get("code"))
+            self.counters.errors[code] = self.counters.errors.get(code, 0) + 1
+
+    def _resume_outcome(self, outcome: str) -> None:
+        outcomes = self.counters.resume_outcomes
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1

@@ -1,0 +1,156 @@
+"""The engine's work per session, run by the gateway on the serving loop (anyio).
+
+Per session: one task running ``engine.start``, answer tasks for new inputs
+(counted in flight by the session's :class:`~supervisor.gateway._core.InputLedger`),
+all in one cancel scope that the session's end cancels. Only what the seed
+treats as the session's end stops this work (closed, expired, failed, an
+overflowed journal, the registry gone): a send that fails or times out is the
+transport's trouble, the event is journaled and a resume replays it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import anyio
+import anyio.abc
+
+from actors._errors import (
+    InvalidInputError,
+    JournalOverflowError,
+    RegistryClosedError,
+    SessionCrashedError,
+    SessionFailedError,
+)
+from supervisor._async_door import AsyncSessionRegistry
+from supervisor.gateway._core import InputLedger, InputVerdict
+from supervisor.gateway._engine import Engine, EngineSession, SessionEnded
+
+__all__ = ["EngineWork", "TaskSpawner"]
+
+
+class TaskSpawner(Protocol):
+    """An anyio task group or a trio nursery: where the engine's tasks run."""
+
+    def start_soon(self, func: Callable[..., Any], *args: Any) -> object: ...
+
+
+logger = logging.getLogger("duplex_supervisor.supervisor")
+
+#: Errors of ``send_event`` that mean the session is over for good.
+_SESSION_ENDED = (KeyError, SessionFailedError, RegistryClosedError)
+
+
+@dataclass(slots=True)
+class _Live:
+    ledger: InputLedger
+    session: EngineSession
+    #: One per running task (a scope is entered once); the session's end cancels all.
+    scopes: set[anyio.CancelScope] = field(default_factory=set)
+    stopped: bool = False
+
+
+class EngineWork:
+    """Runs ``engine`` for the sessions of ``registry`` in ``task_group``."""
+
+    def __init__(
+        self,
+        registry: AsyncSessionRegistry,
+        engine: Engine,
+        task_group: TaskSpawner,
+        *,
+        max_inputs_per_session: int,
+        max_inputs_in_flight: int,
+        on_overflow: Callable[[str], None] | None = None,
+    ) -> None:
+        self.registry = registry
+        self.engine = engine
+        self._task_group = task_group
+        self._max_ids = max_inputs_per_session
+        self._max_in_flight = max_inputs_in_flight
+        self._on_overflow = on_overflow
+        self._live: dict[str, _Live] = {}
+
+    def __contains__(self, session_id: str) -> bool:
+        return session_id in self._live
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def start(self, session_id: str, identity: object) -> None:
+        async def send(payload: Mapping[str, object]) -> None:
+            await self._send(session_id, payload)
+
+        live = _Live(
+            ledger=InputLedger(max_ids=self._max_ids, max_in_flight=self._max_in_flight),
+            session=EngineSession(session_id=session_id, identity=identity, _send=send),
+        )
+        self._live[session_id] = live
+        self._task_group.start_soon(self._run, live, "start", None)
+
+    def answer(self, session_id: str, client_event_id: str, text: str) -> InputVerdict | None:
+        """The ledger's verdict (an ``"answer"`` is started); ``None``: no such session."""
+        live = self._live.get(session_id)
+        if live is None:
+            return None
+        verdict = live.ledger.decide(client_event_id)
+        if verdict == "answer":
+            self._task_group.start_soon(self._run, live, "answer", (client_event_id, text))
+        return verdict
+
+    def stop(self, session_id: str) -> None:
+        """The session ended: cancel its work and tell the engine (idempotent)."""
+        live = self._live.pop(session_id, None)
+        if live is None:
+            return
+        live.stopped = True
+        for scope in live.scopes:
+            scope.cancel()
+        try:
+            self.engine.stop(session_id)
+        except Exception:
+            logger.exception("the engine's stop failed")
+
+    async def _run(self, live: _Live, kind: str, args: tuple[str, str] | None) -> None:
+        scope = anyio.CancelScope()
+        if live.stopped:
+            scope.cancel()
+        live.scopes.add(scope)
+        with scope:
+            try:
+                if args is None:
+                    await self.engine.start(live.session)
+                else:
+                    await self.engine.answer(live.session, *args)
+            except SessionEnded:
+                pass
+            except Exception:
+                logger.exception("the engine's %s failed", kind)
+            finally:
+                live.scopes.discard(scope)
+                if args is not None:
+                    live.ledger.done()
+
+    async def _send(self, session_id: str, payload: Mapping[str, object]) -> None:
+        while True:
+            try:
+                await self.registry.send_event(session_id, payload)
+            except SessionCrashedError:
+                continue  # retryable and traceless: the crashed event was never journaled
+            except JournalOverflowError:
+                logger.warning("a session overflowed its journal; its engine work stops")
+                self.stop(session_id)
+                if self._on_overflow is not None:
+                    self._on_overflow(session_id)
+                raise SessionEnded from None
+            except _SESSION_ENDED:
+                self.stop(session_id)
+                raise SessionEnded from None
+            except InvalidInputError:
+                raise  # the engine's payload: its own bug
+            except Exception:  # noqa: BLE001, S110 - the transport's (a send timeout too): journaled
+                pass
+            return

@@ -1,0 +1,433 @@
+"""The gateway's WebSocket server side: h11 for the upgrade, wsproto for frames, trio for I/O.
+
+Why not trio-websocket's server: its connection tasks run outside any error
+boundary of ours (a peer gone during the upgrade ended the whole server), its
+close handshake waits on the peer without a limit of ours, a protocol error
+ends in a bare TCP close, and wsproto's server-side handshake drops the bytes
+that follow the upgrade request in the same TCP segment (a ``session.open``
+sent along with it was never seen). Here the upgrade is read with h11, whose
+``trailing_data`` hands those bytes to the frame parser, and every wait on the
+peer is bounded by its caller.
+
+:func:`read_upgrade` reads and checks the HTTP request; :func:`reject` answers
+it with an HTTP status; :func:`accept` answers 101 and returns a
+:class:`ServerWebSocket`, whose :meth:`~ServerWebSocket.run_reader` must run
+in a task of the connection's own nursery.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import NoReturn
+
+import h11
+import trio
+from wsproto.connection import Connection, ConnectionState, ConnectionType
+from wsproto.events import (
+    BytesMessage,
+    CloseConnection,
+    Ping,
+    Pong,
+    TextMessage,
+)
+from wsproto.utilities import LocalProtocolError
+
+from supervisor.gateway._core import TransportClosedError
+
+__all__ = [
+    "ServerWebSocket",
+    "Upgrade",
+    "UpgradeRefusedError",
+    "WebSocketClosedError",
+    "accept",
+    "read_upgrade",
+    "reject",
+]
+
+_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+#: Errors a stream raises when its peer is gone or it was closed under us.
+STREAM_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+ABNORMAL = 1006
+MESSAGE_TOO_BIG = 1009
+#: An upgrade request (request line and headers) larger than this is refused 431.
+MAX_REQUEST_BYTES = 16_384
+
+
+class WebSocketClosedError(TransportClosedError):
+    """The connection is closed: ``code`` and ``reason`` of the close, if any."""
+
+    def __init__(self, code: int | None, reason: str | None) -> None:
+        super().__init__(f"websocket closed: {code} {reason or ''}".strip())
+        self.code = code
+        self.reason = reason
+
+
+class UpgradeRefusedError(Exception):
+    """The request was not a WebSocket upgrade; it was answered ``status``."""
+
+    def __init__(self, status: int, why: str) -> None:
+        super().__init__(f"{status}: {why}")
+        self.status = status
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Upgrade:
+    """A valid upgrade request, read but not yet answered."""
+
+    path: str
+    headers: dict[bytes, bytes]
+    key: bytes
+    http: h11.Connection
+
+
+async def _send_all(stream: trio.abc.Stream, data: bytes) -> None:
+    try:
+        await stream.send_all(data)
+    except STREAM_ERRORS as exc:
+        raise WebSocketClosedError(ABNORMAL, "peer gone") from exc
+
+
+#: A plain GET's answer: status, content type, body; ``None``: no such route.
+Route = Callable[[str], "tuple[int, str, bytes] | None"]
+
+
+async def read_upgrade(stream: trio.abc.Stream, routes: Route | None = None) -> Upgrade:
+    """Read one HTTP request; answer and raise :class:`UpgradeRefusedError` if it is
+    no WebSocket upgrade, :class:`WebSocketClosedError` if the peer leaves first.
+    The caller bounds the time (a TLS handshake happens inside, on first read).
+    """
+    http = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_BYTES)
+    request: h11.Request | None = None
+    while True:
+        try:
+            event = http.next_event()
+        except h11.RemoteProtocolError as exc:
+            status = exc.error_status_hint
+            await _refuse(stream, http, status if status >= 400 else 400, str(exc))
+        if event is h11.NEED_DATA:
+            try:
+                data = await stream.receive_some(65_536)
+            except STREAM_ERRORS as exc:
+                raise WebSocketClosedError(ABNORMAL, "peer gone during the upgrade") from exc
+            if not data:
+                raise WebSocketClosedError(ABNORMAL, "peer gone during the upgrade")
+            http.receive_data(bytes(data))
+        elif isinstance(event, h11.Request):
+            request = event
+            await _check_request(stream, http, request, routes)
+        elif event is h11.PAUSED:
+            # An upgrade request fully read: what follows is WebSocket frames.
+            assert request is not None  # noqa: S101 - h11 pauses only after a request
+            headers = {name.lower(): value for name, value in request.headers}
+            return Upgrade(
+                path=request.target.decode("latin-1"),
+                headers=headers,
+                key=headers[b"sec-websocket-key"],
+                http=http,
+            )
+        elif isinstance(event, h11.ConnectionClosed):
+            raise WebSocketClosedError(ABNORMAL, "peer gone during the upgrade")
+        # Data / EndOfMessage of a request body: skipped; h11 pauses after it.
+
+
+async def _check_request(
+    stream: trio.abc.Stream, http: h11.Connection, req: h11.Request, routes: Route | None
+) -> None:
+    headers = {name.lower(): value for name, value in req.headers}
+    connection = {t.strip().lower() for t in headers.get(b"connection", b"").split(b",")}
+    upgrading = headers.get(b"upgrade", b"").lower() == b"websocket"
+    if req.method == b"GET" and not upgrading and routes is not None:
+        answer = routes(req.target.decode("latin-1").split("?", 1)[0])
+        if answer is not None:
+            status, content_type, body = answer
+            await _answer(stream, http, status, content_type, body)
+            raise UpgradeRefusedError(status, "a plain HTTP request, answered")
+    if req.method != b"GET":
+        await _refuse(stream, http, 405, "the upgrade must be a GET")
+    if headers.get(b"upgrade", b"").lower() != b"websocket" or b"upgrade" not in connection:
+        await _refuse(stream, http, 426, "this endpoint speaks WebSocket only")
+    if headers.get(b"sec-websocket-version") != b"13":
+        await _refuse(stream, http, 426, "Sec-WebSocket-Version must be 13")
+    if not headers.get(b"sec-websocket-key"):
+        await _refuse(stream, http, 400, "no Sec-WebSocket-Key")
+
+
+async def _refuse(stream: trio.abc.Stream, http: h11.Connection, status: int, why: str) -> NoReturn:
+    await reject(stream, http, status)
+    raise UpgradeRefusedError(status, why)
+
+
+async def _answer(
+    stream: trio.abc.Stream, http: h11.Connection, status: int, content_type: str, body: bytes
+) -> None:
+    try:
+        data = http.send(
+            h11.Response(
+                status_code=status,
+                reason=HTTPStatus(status).phrase.encode(),
+                headers=[
+                    (b"Content-Type", content_type.encode()),
+                    (b"Content-Length", str(len(body)).encode()),
+                    (b"Connection", b"close"),
+                ],
+            )
+        )
+        data = (data or b"") + (http.send(h11.Data(data=body)) or b"")
+        data += http.send(h11.EndOfMessage()) or b""
+    except h11.LocalProtocolError:
+        return
+    await _send_all(stream, data)
+
+
+async def reject(stream: trio.abc.Stream, http: h11.Connection, status: int) -> None:
+    """Answer the request with ``status`` and no body; the caller closes the stream."""
+    extra = [(b"Sec-WebSocket-Version", b"13")] if status == 426 else []
+    try:
+        data = http.send(
+            h11.Response(
+                status_code=status,
+                reason=HTTPStatus(status).phrase.encode(),
+                headers=[(b"Content-Length", b"0"), (b"Connection", b"close"), *extra],
+            )
+        )
+        data = (data or b"") + (http.send(h11.EndOfMessage()) or b"")
+    except h11.LocalProtocolError:
+        return  # h11 cannot answer in this state (a broken request): just close
+    await _send_all(stream, data)
+
+
+async def accept(
+    stream: trio.abc.Stream,
+    upgrade: Upgrade,
+    *,
+    peer: str,
+    max_message_bytes: int,
+    close_timeout_s: float,
+) -> ServerWebSocket:
+    """Answer 101; frames that came with the request are parsed first."""
+    digest = hashlib.sha1(upgrade.key + _GUID).digest()  # noqa: S324 - RFC 6455 says SHA-1
+    response = h11.InformationalResponse(
+        status_code=101,
+        headers=[
+            (b"Upgrade", b"websocket"),
+            (b"Connection", b"Upgrade"),
+            (b"Sec-WebSocket-Accept", base64.b64encode(digest)),
+        ],
+    )
+    trailing, _ = upgrade.http.trailing_data
+    data = upgrade.http.send(response) or b""
+    await _send_all(stream, data)
+    frames = Connection(ConnectionType.SERVER, trailing_data=bytes(trailing))
+    return ServerWebSocket(
+        stream,
+        frames,
+        peer=peer,
+        max_message_bytes=max_message_bytes,
+        close_timeout_s=close_timeout_s,
+    )
+
+
+class ServerWebSocket:
+    """One accepted connection; the API the gateway uses (get, send, ping, close)."""
+
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        frames: Connection,
+        *,
+        peer: str,
+        max_message_bytes: int,
+        close_timeout_s: float,
+    ) -> None:
+        self.peer = peer
+        self._stream = stream
+        self._frames = frames
+        self._max_message_bytes = max_message_bytes
+        self._close_timeout_s = close_timeout_s
+        self._send_lock = trio.Lock()
+        # Small: a peer that sends faster than the gateway reads waits in TCP.
+        self._inbox_in, self._inbox = trio.open_memory_channel[str | bytes](4)
+        self._parts: list[str | bytes] = []
+        self._size = 0
+        self._pings: dict[bytes, trio.Event] = {}
+        self._reader_done = trio.Event()
+        self._aborted = False
+        #: Set once closed either way; what get_message and send_message raise.
+        self.closed: WebSocketClosedError | None = None
+
+    # -- the reader task ---------------------------------------------------------------
+
+    async def run_reader(self) -> None:
+        """Read until the peer closes, breaks the protocol or vanishes; never raises
+        for anything the peer does."""
+        try:
+            async with self._inbox_in:
+                await self._dispatch()
+                while not self._reader_done.is_set():
+                    try:
+                        data = await self._stream.receive_some(65_536)
+                    except STREAM_ERRORS:
+                        data = b""
+                    if not data:
+                        self._mark_closed(ABNORMAL, "peer gone")
+                        break
+                    if self._frames.state is ConnectionState.CLOSED:
+                        continue
+                    self._frames.receive_data(bytes(data))
+                    await self._dispatch()
+        except WebSocketClosedError:
+            pass
+        finally:
+            self._mark_closed(ABNORMAL, "peer gone")
+            self._reader_done.set()
+            for event in self._pings.values():
+                event.set()
+
+    async def _dispatch(self) -> None:
+        for event in self._frames.events():
+            if isinstance(event, TextMessage | BytesMessage):
+                self._size += len(event.data)
+                if self._size > self._max_message_bytes:
+                    await self._violation(MESSAGE_TOO_BIG, "message too big")
+                    return
+                self._parts.append(event.data if isinstance(event.data, str) else bytes(event.data))
+                if event.message_finished:
+                    parts, self._parts, self._size = self._parts, [], 0
+                    message = "".join(parts) if isinstance(event, TextMessage) else b"".join(parts)  # type: ignore[arg-type]
+                    # Closed: the gateway stopped reading, it is closing.
+                    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                        await self._inbox_in.send(message)
+            elif isinstance(event, Ping):
+                if self._frames.state is ConnectionState.OPEN:  # no pong once closing
+                    await self._send_event(event.response())
+            elif isinstance(event, Pong):
+                self._wake_pings(bytes(event.payload))
+            elif isinstance(event, CloseConnection):
+                await self._on_close(event)
+                return
+
+    async def _on_close(self, event: CloseConnection) -> None:
+        state = self._frames.state
+        if state is ConnectionState.REMOTE_CLOSING:
+            # The peer's close: answer it; the server then closes TCP (RFC 6455 7.1.1).
+            self._mark_closed(event.code, event.reason or None)
+            await self._send_event(event.response())
+        elif state is ConnectionState.OPEN:
+            # wsproto reports a frame it could not parse as a close with 1002
+            # (protocol error) or 1007 (bad payload, e.g. text not UTF-8).
+            await self._violation(event.code, event.reason or "protocol error")
+        self._reader_done.set()
+
+    async def _violation(self, code: int, reason: str) -> None:
+        self._mark_closed(code, reason)
+        self._reader_done.set()
+        await self._send_event(CloseConnection(code=code, reason=reason[:120]))
+
+    def _wake_pings(self, payload: bytes) -> None:
+        if payload not in self._pings:
+            return
+        # A pong answers its ping and every earlier one.
+        for key in list(self._pings):
+            self._pings.pop(key).set()
+            if key == payload:
+                break
+
+    def _mark_closed(self, code: int, reason: str | None) -> None:
+        if self.closed is None:
+            self.closed = WebSocketClosedError(code, reason)
+
+    # -- sending -------------------------------------------------------------------------
+
+    async def _send_event(self, event: CloseConnection | Ping | Pong | TextMessage) -> None:
+        async with self._send_lock:
+            if self._aborted:
+                raise self._closed_error()
+            try:
+                # Built under the lock: frames leave in the order wsproto made them.
+                data = self._frames.send(event)
+            except LocalProtocolError:
+                raise self._closed_error() from None
+            try:
+                await self._stream.send_all(data)
+            except STREAM_ERRORS:
+                self._aborted = True
+                self._mark_closed(ABNORMAL, "peer gone")
+                raise self._closed_error() from None
+            except BaseException:
+                # Cancelled half-way: a partial frame may be on the wire, so
+                # nothing more may follow it.
+                self._aborted = True
+                self._mark_closed(ABNORMAL, "send cancelled")
+                raise
+
+    def _closed_error(self) -> WebSocketClosedError:
+        return self.closed or WebSocketClosedError(ABNORMAL, None)
+
+    async def send_message(self, message: str) -> None:
+        if self.closed is not None:
+            raise self.closed
+        await self._send_event(TextMessage(data=message))
+
+    # -- the gateway's Transport -------------------------------------------------------
+
+    async def receive(self) -> str | bytes:
+        return await self.get_message()
+
+    async def send(self, text: str) -> None:
+        await self.send_message(text)
+
+    async def close(self, code: int, reason: str | None) -> None:
+        await self.aclose(code, reason)
+
+    async def get_message(self) -> str | bytes:
+        try:
+            return await self._inbox.receive()
+        except (trio.EndOfChannel, trio.ClosedResourceError):
+            raise self._closed_error() from None
+
+    async def ping(self) -> None:
+        """Send a ping and wait for its pong (or the end of the connection)."""
+        if self.closed is not None:
+            raise self.closed
+        payload = os.urandom(4)
+        event = trio.Event()
+        self._pings[payload] = event
+        await self._send_event(Ping(payload=payload))
+        await event.wait()
+        if self.closed is not None:
+            raise self.closed
+
+    async def aclose(self, code: int = 1000, reason: str | None = None) -> None:
+        """Close: a close frame, the peer's answer, then the TCP connection; the
+        handshake gets ``close_timeout_s`` at most, then TCP is aborted.
+        Idempotent, and safe to call from several tasks."""
+        try:
+            with trio.move_on_after(self._close_timeout_s):
+                if self.closed is None and self._frames.state is ConnectionState.OPEN:
+                    self.closed = WebSocketClosedError(code, reason)
+                    # Nobody reads messages any more: the reader drops them
+                    # instead of waiting for room, and sees the peer's close.
+                    self._inbox.close()
+                    await self._send_event(CloseConnection(code=code, reason=reason))
+                    await self._reader_done.wait()
+                elif self.closed is not None and not self._aborted:
+                    # A close frame of ours or the peer's is already out; give
+                    # the peer the same time to read it before TCP goes.
+                    await self._reader_done.wait()
+        except WebSocketClosedError:
+            pass
+        finally:
+            await self.abort()
+
+    async def abort(self) -> None:
+        """Drop the TCP connection now (no close handshake)."""
+        self._aborted = True
+        self._mark_closed(ABNORMAL, "aborted")
+        self._inbox.close()
+        await trio.aclose_forcefully(self._stream)

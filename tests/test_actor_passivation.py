@@ -1,0 +1,362 @@
+"""Passivation: idle detached sessions are parked as data and woken by their next message."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from actors._errors import JournalGapError, SessionCrashedError, SessionFailedError
+from actors._messages import SendEvent
+from actors._session import SessionActor
+from supervisor._actor import START_RETRY_S
+from supervisor._faults import FaultPlan
+from supervisor._policy import RestartPolicy
+from supervisor._threads import ThreadSessionRegistry
+from tests.actor_support import (
+    WAIT,
+    Background,
+    Events,
+    FakeClock,
+    GatedPlan,
+    Wire,
+    registry,
+    settle,
+)
+from tests.helpers import ThreadReply
+
+AFTER = 30.0
+
+
+def _threads(session_id: str) -> list[threading.Thread]:
+    name = f"duplex-session:{session_id}"
+    return [t for t in threading.enumerate() if t.name == name and t.is_alive()]
+
+
+def _park(reg: ThreadSessionRegistry, clock: FakeClock, events: Events, sid: str) -> None:
+    """Let ``sid`` (detached) idle past the limit and wait until a sweep parked it."""
+    parked_before = events.kinds(sid).count("passivated")
+    clock.now += AFTER
+    reg.sweep()
+
+    def parked() -> bool:
+        return events.kinds(sid).count("passivated") > parked_before
+
+    deadline = threading.Event()
+    for _ in range(int(WAIT / 0.01)):
+        if parked():
+            break
+        deadline.wait(0.01)
+    assert parked(), f"{sid} was not parked: {events.kinds(sid)}"
+    for thread in _threads(sid):
+        thread.join(WAIT)
+
+
+def test_a_detached_idle_session_is_parked_and_its_next_message_brings_it_back() -> None:
+    clock, events = FakeClock(), Events()
+    with registry(clock=clock, observer=events) as reg:
+        wire = Wire()
+        created = reg.create("s", send=wire.send_blocking, close=wire.close_blocking)
+        reg.send_events("s", [{"n": 1}, {"n": 2}])
+        reg.create("attached", send=Wire().send_blocking, close=lambda r: None)
+        assert reg.detach("s") is True
+        _park(reg, clock, events, "s")
+        assert _threads("s") == []
+        stats = reg.stats()
+        assert (stats.sessions, stats.live, stats.parked, stats.passivated) == (2, 1, 1, 1)
+        assert stats.events_journaled == 2  # the parked session's totals still count
+        assert stats.bytes_retained > 0
+        assert sorted(reg.session_ids()) == ["attached", "s"]
+        assert "passivated" not in events.kinds("attached")
+        # Parking is invisible: the next call wakes it and gets the same answer.
+        assert reg.has_attachment("s") is False
+        events.wait_for("reactivated", "s")
+        second = Wire()
+        result = reg.resume(
+            "s",
+            resume_token=created.resume_token.plaintext,
+            last_received_server_event_seq=0,
+            send=second.send_blocking,
+            close=second.close_blocking,
+        )
+        assert [e.sequence for e in result.replay_entries] == [1, 2]
+        assert result.attachment_generation == 2
+        stats = reg.stats()
+        assert (stats.live, stats.parked, stats.reactivated) == (2, 0, 1)
+
+
+def test_nothing_is_parked_too_early_attached_or_with_a_resume_claimed() -> None:
+    clock, events = FakeClock(), Events()
+    with registry(clock=clock, observer=events) as reg:
+        for sid in ("early", "attached", "claimed"):
+            reg.create(sid, send=Wire().send_blocking, close=lambda r: None)
+        reg.detach("claimed")
+        reg.begin_resume("claimed")
+        clock.now += AFTER - 1
+        reg.detach("early")  # detached only one second before the sweep below
+        clock.now += 1
+        reg.sweep()
+        reg.sweep()  # a round trip behind the proposals of the first sweep
+        for sid in ("early", "attached", "claimed"):
+            assert reg.has_attachment(sid) is (sid == "attached")
+        assert (reg.stats().passivated, reg.stats().parked) == (0, 0)
+
+
+def test_passivation_off() -> None:
+    clock, events = FakeClock(), Events()
+    with registry(clock=clock, observer=events, passivate_after_s=None) as reg:
+        reg.create("s", send=Wire().send_blocking, close=lambda r: None)
+        reg.detach("s")
+        clock.now += 10 * AFTER
+        reg.sweep()
+        reg.sweep()
+        assert reg.has_attachment("s") is False
+        assert (reg.stats().passivated, reg.stats().parked) == (0, 0)
+
+
+def test_messages_to_a_parked_session_are_handled_in_order_once() -> None:
+    clock, events = FakeClock(), Events()
+    with registry(clock=clock, observer=events) as reg:
+        created = reg.create("s", send=Wire().send_blocking, close=lambda r: None)
+        reg.detach("s")
+        _park(reg, clock, events, "s")
+        accepted: list[int] = []
+        lock = threading.Lock()
+        flushed = threading.Event()
+
+        def accept(i: int) -> None:
+            with lock:
+                accepted.append(i)
+
+        for i in range(200):
+            reg.send_event_nowait("s", {"i": i})
+        entry = reg.send_event("s", {"i": 200}, on_accepted=lambda: accept(200))
+        assert entry is not None
+        assert entry.sequence == 201
+        result = reg.resume(
+            "s",
+            resume_token=created.resume_token.plaintext,
+            last_received_server_event_seq=0,
+            send=Wire().send_blocking,
+            close=lambda r: None,
+        )
+        assert [e.payload["i"] for e in result.replay_entries] == list(range(201))
+        assert [e.sequence for e in result.replay_entries] == list(range(1, 202))
+        # on_accepted runs on the registry's dispatcher, in order: once this
+        # later one ran, the one above ran (exactly once) before it.
+        reg.send_event("s", {"i": 201}, on_accepted=flushed.set)
+        assert flushed.wait(WAIT)
+        assert accepted == [200]
+        assert reg.stats().reactivated == 1
+
+
+def test_at_most_one_live_actor_per_session_through_many_cycles() -> None:
+    clock, events = FakeClock(), Events()
+    with registry(clock=clock, observer=events) as reg:
+        reg.create("s", send=Wire().send_blocking, close=lambda r: None)
+        reg.detach("s")
+        seen: list[int] = []
+        stop = threading.Event()
+
+        def watch() -> None:
+            while not stop.is_set():
+                # Live: registered with the books and not stopped (a parking
+                # actor stops inside the mailbox's lock, before any wake-up).
+                mine = [a for a in reg.system.books.live_actors() if a.session_id == "s"]
+                seen.append(sum(not a.actor_stopped.is_set() for a in mine))
+
+        watcher = Background(watch)
+        for i in range(10):
+            _park(reg, clock, events, "s")
+            writers = [
+                Background(lambda j=j: reg.send_event("s", {"j": j}))  # type: ignore[misc]
+                for j in range(4)
+            ]
+            for writer in writers:
+                writer.result()
+            assert reg.stats().reactivated == i + 1
+        stop.set()
+        watcher.result()
+        assert seen
+        assert max(seen) == 1
+        # The observer hears each parking before the wake-up that ends it.
+        for _ in range(int(WAIT / 0.01)):
+            if events.kinds("s").count("reactivated") == 10:
+                break
+            stop.wait(0.01)
+        cycle = [k for k in events.kinds("s") if k in ("passivated", "reactivated")]
+        assert cycle == ["passivated", "reactivated"] * 10
+
+
+def test_a_passivation_aborts_if_a_message_arrived_meanwhile() -> None:
+    clock, events, plan = FakeClock(), Events(), GatedPlan()
+    with registry(clock=clock, observer=events, faults=plan) as reg:
+        reg.create("s", send=Wire().send_blocking, close=lambda r: None)
+        reg.detach("s")
+        plan.gate("passivate.enter", "s")
+        clock.now += AFTER
+        reg.sweep()
+        assert plan.reached.wait(WAIT)
+        # The session is inside its passivation; this reaches its mailbox
+        # before it parks (straight to the system: the door may defer calls).
+        first = ThreadReply()
+        reg.system.call("s", SendEvent(payload={"n": 1}), first)
+        plan.release.set()
+        assert first.wait(WAIT).sequence == 1
+        entry = reg.send_event("s", {"n": 2})
+        assert entry is not None
+        assert entry.sequence == 2
+        assert (reg.stats().passivated, reg.stats().parked) == (0, 0)
+
+
+def test_ttl_and_grace_expire_a_parked_session_without_waking_it() -> None:
+    clock, events = FakeClock(), Events()
+    with registry(
+        clock=clock, observer=events, replay_ttl_s=100.0, disconnect_grace_s=1000.0
+    ) as reg:
+        created = reg.create("s", send=Wire().send_blocking, close=lambda r: None)
+        reg.send_events("s", [{"n": 1}, {"n": 2}])
+        reg.create("gone", send=Wire().send_blocking, close=lambda r: None)
+        reg.detach("s")
+        reg.detach("gone")
+        _park(reg, clock, events, "s")
+        events.wait_for("passivated", "gone")
+        assert reg.stats().bytes_retained > 0
+        clock.now += 100
+        reg.sweep()  # past the TTL: the parked journal is pruned as data
+        assert reg.stats().bytes_retained == 0
+        clock.now += 1000
+        reg.sweep()  # past the grace: both expire, parked
+        events.wait_for("expired", "gone")
+        events.wait_for("closed", "s")
+        assert "reactivated" not in events.kinds()
+        stats = reg.stats()
+        assert (stats.sessions, stats.parked, stats.sessions_expired) == (0, 0, 2)
+        with pytest.raises(KeyError):
+            reg.authenticate_resume(
+                "s", resume_token=created.resume_token.plaintext, last_received_server_event_seq=0
+            )
+
+
+def test_ttl_pruned_while_parked_is_a_ttl_gap_after_waking() -> None:
+    clock, events = FakeClock(), Events()
+    with registry(clock=clock, observer=events, replay_ttl_s=100.0) as reg:
+        created = reg.create("s", send=Wire().send_blocking, close=lambda r: None)
+        reg.send_events("s", [{"n": 1}, {"n": 2}])
+        reg.detach("s")
+        _park(reg, clock, events, "s")
+        clock.now += 100
+        reg.sweep()
+        with pytest.raises(JournalGapError) as info:
+            reg.authenticate_resume(
+                "s", resume_token=created.resume_token.plaintext, last_received_server_event_seq=0
+            )
+        assert info.value.reason == "ttl"
+        reg.authenticate_resume(
+            "s", resume_token=created.resume_token.plaintext, last_received_server_event_seq=2
+        )
+
+
+@pytest.mark.parametrize("failpoint", ["passivate.enter", "passivate.parked"])
+def test_a_crash_while_passivating_leaves_the_session_live(failpoint: str) -> None:
+    clock, events, plan = FakeClock(), Events(), FaultPlan()
+    with registry(clock=clock, observer=events, faults=plan) as reg:
+        reg.create("s", send=Wire().send_blocking, close=lambda r: None)
+        reg.send_event("s", {"n": 1})
+        reg.detach("s")
+        plan.crash(failpoint, session_id="s")
+        clock.now += AFTER
+        reg.sweep()
+        assert reg.has_attachment("s") is False  # a round trip behind the proposal
+        assert plan.fired[failpoint] == 1
+        assert reg.stats().parked == 0
+        assert reg.stats().crashes == 1
+        assert reg.send_event("s", {"n": 2}).sequence == 2  # type: ignore[union-attr]
+        reg.detach("s")
+        _park(reg, clock, events, "s")  # and a later sweep parks it
+        assert reg.stats().parked == 1
+
+
+@pytest.mark.parametrize("failpoint", ["reactivate.enter", "reactivate.restored"])
+def test_a_crash_while_reactivating_is_retried_and_loses_nothing(failpoint: str) -> None:
+    clock, events, plan = FakeClock(), Events(), FaultPlan()
+    with registry(clock=clock, observer=events, faults=plan) as reg:
+        reg.create("s", send=Wire().send_blocking, close=lambda r: None)
+        reg.send_event("s", {"n": 1})
+        reg.detach("s")
+        _park(reg, clock, events, "s")
+        plan.crash(failpoint, session_id="s")
+        entry = reg.send_event("s", {"n": 2})
+        assert entry is not None
+        assert entry.sequence == 2
+        assert plan.fired[failpoint] == 1
+        stats = reg.stats()
+        assert (stats.crashes, stats.reactivated, stats.parked) == (1, 1, 0)
+        # The incarnation that failed to start is not counted as live.
+        assert [a.session_id for a in reg.system.books.live_actors()] == ["s"]
+
+
+def test_a_session_that_cannot_reactivate_is_failed_never_lost() -> None:
+    clock, events, plan = FakeClock(), Events(), FaultPlan()
+    policy = RestartPolicy(max_restarts=0)
+    with registry(clock=clock, observer=events, faults=plan, restart_policy=policy) as reg:
+        reg.create("s", send=Wire().send_blocking, close=lambda r: None)
+        reg.detach("s")
+        _park(reg, clock, events, "s")
+        plan.crash("reactivate.enter", session_id="s")
+        late = Background(lambda: reg.send_event("s", {"n": 1}))
+        assert isinstance(late.error(), SessionFailedError)
+        events.wait_for("failed", "s")
+        settle(reg, "s")
+        with pytest.raises(KeyError):
+            reg.send_event("s", {"n": 2})
+        stats = reg.stats()
+        assert (stats.sessions, stats.parked, stats.sessions_failed) == (0, 0, 1)
+
+
+def test_shutdown_answers_messages_queued_for_a_parked_session() -> None:
+    clock, events = FakeClock(), Events()
+    with registry(clock=clock, observer=events) as reg:
+        reg.create("s", send=Wire().send_blocking, close=lambda r: None)
+        reg.detach("s")
+        _park(reg, clock, events, "s")
+    # The registry shut down with the session parked: nothing hangs, no thread is left.
+    assert _threads("s") == []
+
+
+def test_no_thread_to_be_had_fails_a_create_and_delays_a_wake_never_loses_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock, events = FakeClock(), Events()
+    refusals = [0]
+    start_loop = SessionActor._start_actor_loop
+
+    def out_of_threads(actor: SessionActor) -> None:
+        if refusals[0] > 0:
+            refusals[0] -= 1
+            raise RuntimeError("can't start new thread")
+        start_loop(actor)
+
+    monkeypatch.setattr(SessionActor, "_start_actor_loop", out_of_threads)
+    with registry(clock=clock, observer=events) as reg:
+        refusals[0] = 1
+        with pytest.raises(SessionCrashedError) as info:
+            reg.create("s", send=Wire().send_blocking, close=lambda r: None)
+        assert isinstance(info.value.__cause__, RuntimeError)
+        assert reg.session_ids() == []  # not half created: the id is free
+        created = reg.create("s", send=Wire().send_blocking, close=lambda r: None)
+        reg.send_event("s", {"n": 1})
+        reg.detach("s")
+        _park(reg, clock, events, "s")
+        refusals[0] = 1
+        woken = Background(
+            lambda: reg.authenticate_resume(
+                "s", resume_token=created.resume_token.plaintext, last_received_server_event_seq=0
+            )
+        )
+        assert not woken.finished_within(0.2)  # still parked, its message queued
+        assert reg.stats().parked == 1
+        clock.now += START_RETRY_S
+        reg.sweep()
+        assert woken.error() is None  # the retry woke it; nothing was lost
+        assert (reg.stats().parked, reg.stats().reactivated) == (0, 1)

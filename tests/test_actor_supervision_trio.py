@@ -1,0 +1,54 @@
+"""Through the trio door: sessions failing past their budget while supervisors die."""
+
+from __future__ import annotations
+
+import trio
+
+from actors._errors import SessionCrashedError, SessionFailedError
+from actors._messages import LifecycleEvent
+from supervisor._faults import FaultPlan
+from supervisor._policy import RestartPolicy
+from tests.trio_support import LIMIT, Wire, gone, registry
+
+SESSIONS = 30
+
+
+async def test_failures_past_the_budget_are_all_answered_and_counted() -> None:
+    plan = FaultPlan()
+    events: list[LifecycleEvent] = []
+    with trio.fail_after(LIMIT * 3):
+        async with registry(
+            faults=plan, observer=events.append, restart_policy=RestartPolicy(max_restarts=0)
+        ) as reg:
+            wires = [Wire() for _ in range(SESSIONS)]
+            for i, wire in enumerate(wires):
+                await reg.create(f"s{i}", send=wire.send, close=wire.close)
+            # Every crash report and departure notice meets dying supervisors.
+            plan.crash_supervisor(times=3 * SESSIONS)
+            answers: list[str] = []
+
+            async def crash_then_call(i: int) -> None:
+                plan.crash("has_attachment.enter", session_id=f"s{i}")
+                try:
+                    await reg.has_attachment(f"s{i}")
+                except SessionCrashedError:
+                    answers.append("crashed")
+                try:
+                    await reg.send_event(f"s{i}", {"n": 1})
+                    answers.append("sent")
+                except (SessionFailedError, KeyError):
+                    answers.append("failed")
+
+            async with trio.open_nursery() as nursery:
+                for i in range(SESSIONS):
+                    nursery.start_soon(crash_then_call, i)
+            assert answers.count("crashed") == SESSIONS
+            assert answers.count("failed") == SESSIONS
+            plan.clear()
+            for i in range(SESSIONS):
+                await gone(reg, f"s{i}")
+            stats = reg.stats()
+            assert stats.sessions_failed == SESSIONS
+            assert stats.sessions == 0
+            assert stats.supervisor_takeovers >= 2 * SESSIONS
+            assert all(wire.closes == ["session_failed"] for wire in wires)
