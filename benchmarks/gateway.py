@@ -178,6 +178,11 @@ async def measure_point(
     for report in reports:
         for what, n in report["errors"].items():
             point.errors[what] = point.errors.get(what, 0) + n
+    print(
+        f"  gateway {shell} {mode} {clients} clients: {point.events_per_s:,.0f} ev/s, "
+        f"p99 {point.p99_ms:.1f} ms, {'held' if point.held else 'not held'}",
+        file=sys.stderr,
+    )
     return point
 
 
