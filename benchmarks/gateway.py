@@ -14,6 +14,7 @@ bisecting); its events/s is the *saturation* figure.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -237,36 +238,27 @@ def _ratio(ours: float | None, reference: float | None) -> float | None:
 async def _shell(shell: str, size: Size) -> tuple[dict[str, object], Result]:
     known: dict[str, dict[int, Point]] = {mode: {} for mode in MODES}
     points: list[Point] = []
+
+    async def measure(mode: str, clients: int) -> Point:
+        point = await measure_point(
+            shell,
+            mode,
+            clients,
+            warmup_s=size.gateway_warmup_s,
+            seconds=size.gateway_s,
+            loaders=size.gateway_loaders,
+        )
+        points.append(point)
+        return point
+
     for clients in size.gateway_loads:
         for mode in MODES:  # interleaved: a drift of the machine hits all three alike
-            point = await measure_point(
-                shell,
-                mode,
-                clients,
-                warmup_s=size.gateway_warmup_s,
-                seconds=size.gateway_s,
-                loaders=size.gateway_loaders,
-            )
-            known[mode][clients] = point
-            points.append(point)
+            known[mode][clients] = await measure(mode, clients)
     best: dict[str, Point | None] = {}
     for mode in MODES:
-
-        async def measure(clients: int, mode: str = mode) -> Point:
-            point = await measure_point(
-                shell,
-                mode,
-                clients,
-                warmup_s=size.gateway_warmup_s,
-                seconds=size.gateway_s,
-                loaders=size.gateway_loaders,
-            )
-            points.append(point)
-            return point
-
         best[mode] = await saturate(
             known[mode],
-            measure,
+            functools.partial(measure, mode),
             steps=size.gateway_search_steps,
             max_clients=size.gateway_max_clients,
         )
