@@ -6,9 +6,9 @@ and credential, the results of the registry's methods and the observer's
 events. Everything else in its modules (the sans-I/O state machine
 included, for now) is internal and may change.
 
-``actors`` never imports ``supervisor``. Its modules ``journal``,
-``credential``, ``state``, ``transition`` and ``messages`` import no pykka,
-trio, asyncio or threading.
+``actors`` never imports ``supervisor``. Its modules ``_journal``,
+``_credential``, ``_state``, ``_transition``, ``_messages``, ``_lifecycle``
+and ``_counters`` import no pykka, trio, asyncio or threading.
 """
 
 from __future__ import annotations
@@ -32,6 +32,10 @@ from actors._errors import (
     SessionCrashedError,
     SessionError,
     SessionFailedError,
+    SessionReplacedError,
+    StoreError,
+    StoreUnavailableError,
+    TokenConflictError,
     UnknownSessionError,
 )
 from actors._journal import EventJournal, JournalEntry
@@ -47,8 +51,10 @@ from actors._messages import (
     SessionCreated,
     TransportAttachment,
 )
+from actors._store import SessionRecord, SessionStore, StoredEvent, StoredSession
 
 logging.getLogger("duplex_supervisor.actors").addHandler(logging.NullHandler())
+
 
 __all__ = [
     "ActivationAbortedError",
@@ -79,6 +85,14 @@ __all__ = [
     "SessionCreated",
     "SessionError",
     "SessionFailedError",
+    "SessionRecord",
+    "SessionReplacedError",
+    "SessionStore",
+    "StoreError",
+    "StoreUnavailableError",
+    "StoredEvent",
+    "StoredSession",
+    "TokenConflictError",
     "TransportAttachment",
     "UnknownSessionError",
 ]

@@ -37,6 +37,7 @@ class ResumeToken:
 
     @classmethod
     def generate(cls) -> ResumeToken:
+        """A new random token: 256 bits, URL-safe base64."""
         return cls(secrets.token_urlsafe(_TOKEN_BYTES))
 
     def __str__(self) -> str:
@@ -51,6 +52,7 @@ class ResumeCredential:
 
     @classmethod
     def from_token(cls, token: ResumeToken) -> ResumeCredential:
+        """The credential that verifies ``token``: its SHA-256 digest only."""
         return cls(token_digest=token_digest(token.plaintext))
 
     @staticmethod

@@ -28,10 +28,16 @@ __all__ = [
     "SessionCrashedError",
     "SessionError",
     "SessionFailedError",
+    "SessionReplacedError",
+    "StoreError",
+    "StoreUnavailableError",
+    "TokenConflictError",
     "UnknownSessionError",
 ]
 
 GapReason = Literal["ttl", "acknowledged", "overflow"]
+"""What dropped the first missing event of a :class:`JournalGapError`: its
+TTL ran out, the client acknowledged it, or the journal overflowed."""
 
 
 class SessionError(Exception):
@@ -137,3 +143,23 @@ class ActivationAbortedError(SessionError):
 
 class RegistryClosedError(SessionError):
     """The registry was shut down before (or while) handling this call."""
+
+
+class StoreError(SessionError):
+    """The session store refused or failed a write; the call left no trace."""
+
+
+class StoreUnavailableError(StoreError, ConnectionError):
+    """The session store could not be reached (Redis down, a timeout).
+
+    The transition was undone in memory: retry once the store is back.
+    """
+
+
+class SessionReplacedError(StoreError, UnknownSessionError):
+    """Another owner took this session over (its lease has a newer epoch, or
+    this owner's lease ran out): this process no longer serves it."""
+
+
+class TokenConflictError(StoreError, InvalidResumeTokenError):
+    """Another resume rotated the token first (the store's compare-and-set)."""

@@ -187,6 +187,10 @@ class JournalEntry:
 
     @property
     def payload(self) -> Mapping[str, object]:
+        """The event as sent, ``server_event_seq`` included: a read-only mapping.
+
+        Rebuilt from ``encoded`` on each read (unless the entry kept it).
+        """
         kept = self._kept
         if kept is not None:
             return kept
@@ -315,14 +319,17 @@ class EventJournal:
 
     @property
     def retained_bytes(self) -> int:
+        """The ``encoded_bytes`` of every retained entry, summed (what the byte cap counts)."""
         return self._retained_bytes
 
     @property
     def overflowed(self) -> bool:
+        """Whether the journal passed its cap: sticky, it records nothing more."""
         return self._overflowed
 
     @property
     def last_sequence(self) -> int:
+        """The last sequence issued (0 before the first event)."""
         return self._next_sequence - 1
 
     @property
@@ -478,6 +485,23 @@ class EventJournal:
         # Sequences are dense, so the first wanted entry's index is arithmetic.
         skip = max(0, int(sequence) + 1 - self.first_retained_sequence)
         return tuple(itertools.islice(self._entries, skip, None))
+
+    def entries_after(self, sequence: int) -> tuple[JournalEntry, ...]:
+        """The retained entries above ``sequence`` (no pruning, no checks): a
+        store's appends since its last write."""
+        if not self._entries or self._entries[-1].sequence <= sequence:
+            return _EMPTY_ENTRIES
+        skip = max(0, sequence + 1 - self._entries[0].sequence)
+        return tuple(itertools.islice(self._entries, skip, None))
+
+    def counters(self) -> tuple[int, int, tuple[tuple[int, GapReason], ...], bool]:
+        """``(next_sequence, dropped_through, drop_runs, overflowed)``."""
+        return (
+            self._next_sequence,
+            self._dropped_through,
+            tuple(self._drop_runs),
+            self._overflowed,
+        )
 
     # -- parking -------------------------------------------------------------
 

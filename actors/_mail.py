@@ -18,6 +18,7 @@ from actors._mailbox import SessionMailbox
 from actors._messages import CloseCallable, Command, LifecycleEvent, SendCallable
 from actors._ports import LoopPort, Outbox, Reply
 from actors._state import Failpoints, SessionConfig
+from actors._store import SessionStore
 
 if TYPE_CHECKING:
     from actors._session import SessionActor
@@ -30,6 +31,7 @@ __all__ = [
     "Mail",
     "Opening",
     "Passivate",
+    "Replaced",
     "Restart",
     "SessionContext",
     "SessionOwner",
@@ -88,6 +90,8 @@ class SessionContext:
     owner: SessionOwner
     #: Daemon threads let a program that never shuts the registry down exit.
     daemon_threads: bool = False
+    #: Where committed transitions are written (None: this process's memory only).
+    store: SessionStore | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -103,6 +107,13 @@ class Opening:
 
 class Mail:
     __slots__ = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Replaced(Mail):
+    """The supervisor: the store refused this epoch's lease renewal."""
+
+    epoch: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -113,7 +113,7 @@ class SessionMailboxOwner(Protocol):
 class SessionMailbox:
     """One session's inbox and routing entry; see the module docstring."""
 
-    __slots__ = ("_lock", "_owner", "_phase", "_queue", "parked", "session_id")
+    __slots__ = ("_lock", "_owner", "_phase", "_queue", "parked", "session_id", "store_epoch")
 
     def __init__(self, session_id: str, owner: SessionMailboxOwner) -> None:
         self.session_id = session_id
@@ -123,6 +123,10 @@ class SessionMailbox:
         self._phase = MailboxPhase.LIVE
         #: The parked session while PARKED or WAKING; None otherwise.
         self.parked: ParkedSession | None = None
+        #: With a session store: the epoch this process owns the session at
+        #: (set by the creating actor or the supervisor's takeover; read by
+        #: the actor that runs the session and by the lease renewal).
+        self.store_epoch: int | None = None
 
     def __repr__(self) -> str:
         return f"SessionMailbox({self.session_id!r}, phase={self._phase})"
@@ -175,6 +179,16 @@ class SessionMailbox:
             self.parked = parked
             commit()
         return True
+
+    def adopt(self, parked: ParkedSession, epoch: int) -> None:
+        """A new mailbox for a session taken over from the store: PARKED, so
+        its first message starts an actor from ``parked``."""
+        with self._lock:
+            if self._phase != MailboxPhase.LIVE or self.parked is not None:
+                raise RuntimeError("adopt() on a mailbox already in use")
+            self.store_epoch = epoch
+            self.parked = parked
+            self._phase = MailboxPhase.PARKED
 
     def take_parked(self) -> ParkedSession | None:
         """PARKED/WAKING -> LIVE: the parked data, for the actor that will run it."""

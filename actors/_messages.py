@@ -5,7 +5,8 @@ exported (attachment, created, detached, resume result): seed programs may
 build those positionally, so they keep the seed's field order. A field
 marked :func:`local` holds a callable of this process (a transport's
 ``send``, an ``on_accepted``) and cannot cross a wire: the JSON codec
-(:mod:`actors.codec`) leaves it out and takes it back as a binding. A
+(``tests/message_codec.py``, until library code carries commands between
+processes) leaves it out and takes it back as a binding. A
 field marked :func:`secret` holds a resume token: it is left out of every
 repr.
 """
@@ -53,11 +54,17 @@ __all__ = [
     "TransportAttachment",
 ]
 
-#: ``send(frame)`` and ``close(reason)`` of a transport. The session never
-#: calls them; the shell that owns the transport's event loop does.
 SendCallable = Callable[[dict[str, object]], Awaitable[None]]
+"""A transport's async ``send(frame)``. The session never calls it; the
+outbox on the loop that owns the transport does, each attachment's frames in
+order."""
 CloseCallable = Callable[[str], Awaitable[None]]
+"""A transport's async ``close(reason)``. Its owner calls it (for example on a
+``replaced_attachment``); the library calls it only when it gives up on the
+transport itself (the reasons are in docs/shutdown.md)."""
 ActivationPayloadFactory = Callable[[ResumeToken, int], Mapping[str, object]]
+"""``factory(new_token, attachment_generation) -> payload``: the activation
+frame a ``resume`` sends first on the new transport, before the replay."""
 
 
 @runtime_checkable
@@ -102,6 +109,12 @@ class TransportAttachment:
 
 @dataclass(frozen=True, slots=True)
 class SessionCreated:
+    """What ``create`` answers: the new session's first attachment and its resume token.
+
+    ``attachment_generation`` is 1; ``resume_token`` (a :class:`ResumeToken`,
+    its ``plaintext`` for the client) is left out of the repr.
+    """
+
     session_id: str
     attachment_generation: int
     resume_token: ResumeToken = secret()
@@ -118,6 +131,17 @@ class DetachedAttachment:
 
 @dataclass(frozen=True, slots=True)
 class ResumeResult:
+    """What ``resume`` answers.
+
+    ``attachment_generation``: the new attachment's; ``resume_token``: the
+    rotated token (the presented one is dead), left out of the repr;
+    ``replay_entries``: the journaled events after the client's last
+    sequence, in order (sent already when the resume had an
+    ``activation_payload_factory``; the caller's to send otherwise, as in
+    the seed); ``replaced_attachment``: the transport this resume took over
+    from, for its owner to close, or ``None``.
+    """
+
     session_id: str
     attachment_generation: int
     resume_token: ResumeToken = secret()
@@ -277,7 +301,11 @@ LifecycleKind = Literal[
     "registry_unhealthy",
     "registry_healthy",
     "event_refused",
+    "taken_over",
+    "replaced",
 ]
+"""The ``kind`` of a :class:`LifecycleEvent`: every event an observer hears
+(docs/shutdown.md says when each comes)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -148,9 +148,14 @@ def settle_failed(delivery: Delivery, error: BaseException) -> bool:
         )
     if delivery.reply is None:
         return False
-    # A NoWaiter is told as well (it may hold a slot to free), yet nobody waits.
+    if isinstance(delivery.reply, NoWaiter):
+        # Nobody waits; the events were accepted (journaled ones replay), so
+        # the NoWaiter hears the call's own answer (it may hold slots to free
+        # and refusals to report), and the outbox reports the transport's failure.
+        delivery.reply.resolve(delivery.value)
+        return False
     delivery.reply.fail(error)
-    return not isinstance(delivery.reply, NoWaiter)
+    return True
 
 
 def settle_dropped(delivery: Delivery, reason: str) -> None:

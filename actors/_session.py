@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -41,6 +42,8 @@ from actors._errors import (
     RegistryClosedError,
     SessionCrashedError,
     SessionFailedError,
+    SessionReplacedError,
+    StoreError,
 )
 from actors._lifecycle import ParkedSession, ResumeStash
 from actors._mail import (
@@ -51,6 +54,7 @@ from actors._mail import (
     Mail,
     Opening,
     Passivate,
+    Replaced,
     Restart,
     SessionContext,
     SessionOwner,
@@ -74,6 +78,7 @@ from actors._messages import (
 )
 from actors._ports import Delivery, Outbox, Reply
 from actors._state import SessionState, Transition
+from actors._store import StoreBinding
 
 __all__ = [
     "THREAD_NAME_PREFIX",
@@ -84,6 +89,7 @@ __all__ = [
     "InboxClosedError",
     "Opening",
     "Passivate",
+    "Replaced",
     "Restart",
     "SessionActor",
     "SessionContext",
@@ -120,6 +126,8 @@ class SessionActor(pykka.ThreadingActor):
         self._opening = opening
         self._parked = parked
         self._state: SessionState | None = None
+        # With a store: this session's epoch and last write (None: memory only).
+        self._binding: StoreBinding | None = None
         # Invariant: keys are attachment generations the state may still
         # deliver to; the current attachment's outbox is always here.
         self._outboxes: dict[int, Outbox] = {1: opening.outbox} if opening else {}
@@ -183,9 +191,31 @@ class SessionActor(pykka.ThreadingActor):
             opening.reply.fail(failure)
             self._leave("create_failed", answer=lambda call: call.reply.fail(failure))
             return
+        if self._context.store is not None:
+            try:
+                self._bind(state, epoch=None)
+            except BaseException as exc:  # noqa: BLE001 - a duplicate id, Redis down: caller's
+                failure = exc
+                opening.reply.fail(failure)
+                self._leave("create_failed", answer=lambda call: call.reply.fail(failure))
+                return
         self._state = state
         self._opening = None
         self._release(created, opening.reply)
+
+    def _bind(self, state: SessionState, *, epoch: int | None) -> None:
+        """Link the session to the store: create it there (``epoch`` None), or
+        take the epoch the supervisor's takeover (or an earlier actor) holds."""
+        store = self._context.store
+        assert store is not None  # noqa: S101
+        clock = self._context.clock
+        record = state.store_record(time.time() - clock())
+        if epoch is None:
+            epoch = store.create(self.session_id, record)
+        self._mailbox.store_epoch = epoch
+        self._binding = StoreBinding(
+            store=store, session_id=self.session_id, epoch=epoch, record=record, clock=clock
+        )
 
     def _reactivate(self, parked: ParkedSession) -> None:
         context = self._context
@@ -212,6 +242,8 @@ class SessionActor(pykka.ThreadingActor):
             )
             return
         self._state = state
+        if context.store is not None and self._mailbox.store_epoch is not None:
+            self._bind(state, epoch=self._mailbox.store_epoch)
         self.counters.bytes_retained = state.journal.retained_bytes
         self.parkable_since = state.idle_since(self._last_active)
         self._announce(state, "reactivated", "message")
@@ -233,6 +265,12 @@ class SessionActor(pykka.ThreadingActor):
             self._on_call(message)
         elif isinstance(message, Passivate):
             self._on_passivate(message)
+        elif (
+            isinstance(message, Replaced)
+            and self._binding is not None
+            and self._binding.epoch == message.epoch
+        ):
+            self._replaced()
         return None
 
     # -- calls -----------------------------------------------------------------
@@ -258,6 +296,8 @@ class SessionActor(pykka.ThreadingActor):
         except BaseException as exc:  # noqa: BLE001 - a crash, never the actor's end
             self._crashed(call, exc, retry=retry)
             return
+        if self._binding is not None and transition.error is None and not self._persist(call):
+            return
         if not isinstance(command, Tick | ActivationOutcome):
             self._last_active = self._context.clock()
         self.counters.count(command, transition)
@@ -268,9 +308,44 @@ class SessionActor(pykka.ThreadingActor):
         self.parkable_since = state.idle_since(self._last_active)
         self._release(transition, call.reply, call.outbox)
         if isinstance(command, Close):
+            self._forget_stored()
             self._leave(self._closing_reason)
         elif isinstance(transition.reply, TickResult) and transition.reply.expired:
             self._expire()
+
+    def _persist(self, call: Call) -> bool:
+        """Write the committed transition through the store; on a refusal undo it.
+
+        ``False``: the call was answered with the store's error and nothing
+        of it was released. A refused epoch means another process owns the
+        session now: this one closes its transport (``replaced``) and leaves.
+        """
+        state, binding = self._state, self._binding
+        assert state is not None and binding is not None  # noqa: S101
+        try:
+            binding.commit(state)
+        except SessionReplacedError as exc:
+            state.undo()
+            call.reply.fail(exc)
+            self._replaced()
+            return False
+        except StoreError as exc:
+            state.undo()
+            call.reply.fail(exc)
+            return False
+        except BaseException as exc:  # noqa: BLE001 - a bug in a store: a crash of this call
+            state.undo()
+            self._crashed(call, exc, retry=False)
+            return False
+        return True
+
+    def _replaced(self) -> None:
+        """Another process took this session over: let go of it here."""
+        state = self._close_attached("replaced")
+        self._announce(state, "replaced", "store")
+        self._binding = None
+        replaced = SessionReplacedError(self.session_id)
+        self._leave("replaced", answer=lambda call: call.reply.fail(replaced))
 
     def _release(
         self, transition: Transition, reply: Reply, new_outbox: Outbox | None = None
@@ -426,7 +501,8 @@ class SessionActor(pykka.ThreadingActor):
             )
         )
 
-    def _fail(self, reason: str) -> None:
+    def _close_attached(self, reason: str) -> SessionState:
+        """Close the attached transport (if any) with ``reason``; the state."""
         state = self._state
         assert state is not None  # noqa: S101
         attachment = state.attachment
@@ -434,6 +510,10 @@ class SessionActor(pykka.ThreadingActor):
             outbox = self._outboxes.pop(attachment.generation, None)
             if outbox is not None:
                 outbox.close_transport(reason)
+        return state
+
+    def _fail(self, reason: str) -> None:
+        state = self._close_attached(reason)
         self._announce(state, "failed", reason)
         failure = SessionFailedError(f"session {self.session_id} failed and was closed")
         self._leave("failed", answer=lambda call: call.reply.fail(failure))
@@ -477,6 +557,17 @@ class SessionActor(pykka.ThreadingActor):
         self.counters.attached = False
         self._context.owner.session_gone(self._mailbox, self.actor_urn, reason)
         self._stop_quietly()
+
+    def _forget_stored(self) -> None:
+        """A closed session leaves the store too (if this process still owns it)."""
+        binding, self._binding = self._binding, None
+        if binding is None:
+            return
+        try:
+            binding.store.delete(self.session_id, binding.epoch)
+        except StoreError as exc:
+            # Its keys expire by themselves (the store's key TTL).
+            logger.warning("session %s: store delete failed (%s)", self.session_id, exc)
 
     def _stop_quietly(self) -> None:
         """Stop this actor now, without touching the mailbox (pykka's stop would queue)."""

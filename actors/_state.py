@@ -46,7 +46,7 @@ from actors._errors import (
     SessionError,
     UnknownSessionError,
 )
-from actors._journal import EventJournal, normalize_payload
+from actors._journal import EventJournal, JournalEntry, normalize_payload
 from actors._lifecycle import ParkedSession, SessionPhase
 from actors._messages import (
     AbortResume,
@@ -81,6 +81,7 @@ from actors._messages import (
     TickResult,
     TransportAttachment,
 )
+from actors._store import SessionRecord
 from actors._transition import (
     FAILPOINTS,
     LIFECYCLE_FAILPOINTS,
@@ -165,6 +166,8 @@ class SessionState:
         self._detached_since: float | None = None
         self._closed = False
         self._effects: list[Effect] = []
+        # The snapshot the last handle() took: undo() returns to it.
+        self._undo_point: StateSnapshot | None = None
 
     @classmethod
     def open(
@@ -325,6 +328,7 @@ class SessionState:
         state._detached_since = parked.detached_since
         state._closed = False
         state._effects = []
+        state._undo_point = None
         failpoints.hit("reactivate.restored", parked.session_id)
         return state
 
@@ -343,7 +347,7 @@ class SessionState:
         handler = _HANDLERS.get(type(command))
         if handler is None:
             raise TypeError(f"not a session command: {type(command).__name__}")
-        snapshot = self.snapshot()
+        snapshot = self._undo_point = self.snapshot()
         self._effects = []
         try:
             if self._closed:
@@ -357,6 +361,35 @@ class SessionState:
             raise
         effects, self._effects = tuple(self._effects), []
         return Transition(reply=reply, effects=effects)
+
+    # -- a store's view ----------------------------------------------------------
+
+    def undo(self) -> None:
+        """Undo the last :meth:`handle` (its store write failed): as if never sent."""
+        if self._undo_point is None:
+            raise RuntimeError("undo() before any handle()")
+        self.restore(self._undo_point)
+
+    def store_record(self, wall_offset: float) -> SessionRecord:
+        """What a store keeps of this session, times as wall clock (``clock + offset``)."""
+        next_sequence, dropped_through, drop_runs, overflowed = self._journal.counters()
+        detached = self._detached_since
+        return SessionRecord(
+            token_digest=self._credential.token_digest,
+            recovery_token_digest=self._recovery_token_digest,
+            attachment_generation=self._attachment_generation,
+            lease_generation=self._lease_generation,
+            orphaned_lease_generation=self._orphaned_lease_generation,
+            last_resume=self._last_resume,
+            detached_at=None if detached is None else detached + wall_offset,
+            next_sequence=next_sequence,
+            dropped_through=dropped_through,
+            drop_runs=drop_runs,
+            overflowed=overflowed,
+        )
+
+    def entries_after(self, sequence: int) -> tuple[JournalEntry, ...]:
+        return self._journal.entries_after(sequence)
 
     # -- snapshots and invariants ---------------------------------------------
 

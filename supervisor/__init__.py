@@ -34,6 +34,10 @@ from actors._errors import (
     SessionCrashedError,
     SessionError,
     SessionFailedError,
+    SessionReplacedError,
+    StoreError,
+    StoreUnavailableError,
+    TokenConflictError,
     UnknownSessionError,
 )
 from actors._journal import JournalEntry
@@ -44,11 +48,13 @@ from actors._messages import (
     SessionCreated,
     TransportAttachment,
 )
+from actors._store import SessionStore
 from supervisor._actor import RegistryStats
 from supervisor._async_door import AsyncSessionRegistry
 from supervisor._asyncio_registry import AsyncioSessionRegistry
 from supervisor._asyncio_registry import open_session_registry as open_asyncio_registry
 from supervisor._faults import FaultPlan, InjectedFaultError
+from supervisor._memory_store import MemoryStore
 from supervisor._options import RegistryOptions
 from supervisor._policy import RestartPolicy
 from supervisor._threads import BlockingClose, BlockingSend, ThreadSessionRegistry
@@ -75,6 +81,7 @@ __all__ = [
     "JournalGapError",
     "JournalOverflowError",
     "LifecycleEvent",
+    "MemoryStore",
     "RegistryClosedError",
     "RegistryOptions",
     "RegistryStats",
@@ -86,7 +93,12 @@ __all__ = [
     "SessionCreated",
     "SessionError",
     "SessionFailedError",
+    "SessionReplacedError",
+    "SessionStore",
+    "StoreError",
+    "StoreUnavailableError",
     "ThreadSessionRegistry",
+    "TokenConflictError",
     "TransportAttachment",
     "TrioSessionRegistry",
     "UnknownSessionError",

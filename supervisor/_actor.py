@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -36,13 +37,23 @@ import pykka
 
 from actors._errors import (
     DuplicateSessionError,
+    InvalidResumeTokenError,
     RegistryClosedError,
     SessionCrashedError,
     SessionFailedError,
+    StoreError,
 )
 from actors._lifecycle import ParkedSession
 from actors._mailbox import InboxClosedError, MailboxPhase, SessionMailbox
-from actors._messages import CloseCallable, Command, LifecycleEvent, SendCallable, Tick
+from actors._messages import (
+    AuthenticateResume,
+    CloseCallable,
+    Command,
+    LifecycleEvent,
+    Resume,
+    SendCallable,
+    Tick,
+)
 from actors._ports import LoopPort, Outbox, Reply
 from actors._session import (
     Call,
@@ -50,6 +61,7 @@ from actors._session import (
     FailSession,
     Opening,
     Passivate,
+    Replaced,
     Restart,
     SessionActor,
     SessionContext,
@@ -57,10 +69,12 @@ from actors._session import (
     answer_unknown,
 )
 from actors._state import NO_FAILPOINTS, SessionConfig
+from actors._store import SessionStore, parked_from_store, proves_token
 from supervisor._faults import FaultPlan
 from supervisor._policy import RestartPolicy
 from supervisor._supervision import (
     MESSAGES,
+    Adopt,
     Books,
     Closing,
     Crashed,
@@ -182,6 +196,7 @@ class SessionSystem:
         observer: Callable[[LifecycleEvent], None] | None = None,
         daemon_threads: bool = False,
         passivate_after_s: float | None = DEFAULT_PASSIVATE_AFTER_S,
+        store: SessionStore | None = None,
     ) -> None:
         if passivate_after_s is not None and not passivate_after_s >= 0:
             raise ValueError("passivate_after_s must be None or >= 0")
@@ -204,7 +219,10 @@ class SessionSystem:
             notify=self.notify,
             owner=self,
             daemon_threads=daemon_threads,
+            store=store,
         )
+        #: Where sessions persist beyond this process (None: memory only).
+        self.store = store
         # The routing table. Invariant: only the supervisor's thread writes it
         # (one writer: a successor starts only after its predecessor stopped
         # writing), one whole key at a time; every other thread only reads it,
@@ -259,6 +277,11 @@ class SessionSystem:
                 pass
             else:
                 return
+        if self.store is not None and isinstance(command, Resume | AuthenticateResume):
+            # Perhaps another process's session: the supervisor looks in the store.
+            call = Call(command=command, reply=reply, outbox=outbox, internal=internal)
+            self.tell_supervisor(Adopt(session_id=session_id, call=call), reply)
+            return
         answer_unknown(reply, command, session_id)
 
     def close(self, session_id: str, command: Command, reply: Reply) -> None:
@@ -403,6 +426,8 @@ class SessionSystem:
                 since = actor.parkable_since
                 if since is not None and now - since >= after_s:
                     actor.mailbox.tell_if_live(proposal)
+        if self.store is not None:
+            self._renew_leases()
         self._judge_health(now)
 
     def _sweep_parked(self, mailbox: SessionMailbox, now: float) -> None:
@@ -414,6 +439,7 @@ class SessionSystem:
                 # What a live session's expiry tells: "expired", then "closed".
                 self._unroute(mailbox)
                 self.books.parked_left(parked, reason="expired")
+                self._forget_stored(mailbox)
                 for kind, reason in (("expired", "disconnect_grace"), ("closed", None)):
                     self.notify(
                         LifecycleEvent(
@@ -463,6 +489,89 @@ class SessionSystem:
             mailbox.give_back(parked)
             self.books.reactivation_crashed(mailbox)
             self.timers.schedule(self.clock() + START_RETRY_S, Wake(mailbox=mailbox))
+
+    def _adopt(self, message: Adopt) -> None:
+        """Take a session over from the store for a resume that proves its token.
+
+        The token is checked against the stored digest first, so a wrong
+        token never ends the owner's lease; the takeover itself is the
+        store's compare-and-set on that digest, with a new epoch that fences
+        the old owner. The session arrives parked; the resume wakes it.
+        """
+        call = message.call
+        session_id = message.session_id
+        routed = self._routes.get(session_id)
+        if routed is None and not self._closed:
+            store = self.store
+            assert store is not None  # noqa: S101
+            command = call.command
+            assert isinstance(command, Resume | AuthenticateResume)  # noqa: S101
+            try:
+                stored = store.load(session_id)
+                digest = None if stored is None else proves_token(stored, command.resume_token)
+                taken = None if digest is None else store.acquire(session_id, digest)
+            except StoreError as exc:
+                call.reply.fail(exc)
+                return
+            if stored is None:
+                answer_unknown(call.reply, command, session_id)
+                return
+            if taken is None:
+                call.reply.fail(InvalidResumeTokenError("invalid duplex resume token"))
+                return
+            parked = parked_from_store(taken, time.time() - self.clock())
+            routed = SessionMailbox(session_id, self)
+            routed.adopt(parked, taken.epoch)
+            self._routes[session_id] = routed
+            self.books.adopted(parked)
+            self.notify(
+                LifecycleEvent(
+                    kind="taken_over",
+                    session_id=session_id,
+                    attachment_generation=parked.attachment_generation,
+                    lease_generation=parked.lease_generation,
+                    reason="store",
+                )
+            )
+        if routed is None:
+            answer_unknown(call.reply, call.command, session_id)
+            return
+        try:
+            routed.tell(call)
+        except InboxClosedError:
+            answer_unknown(call.reply, call.command, session_id)
+
+    def _forget_stored(self, mailbox: SessionMailbox) -> None:
+        """An expired parked session leaves the store too (if still ours)."""
+        store, epoch = self.store, mailbox.store_epoch
+        if store is None or epoch is None:
+            return
+        try:
+            store.delete(mailbox.session_id, epoch)
+        except StoreError as exc:
+            # Its keys expire by themselves (the store's key TTL).
+            logger.warning("session %s: store delete failed (%s)", mailbox.session_id, exc)
+
+    def _renew_leases(self) -> None:
+        """Renew this process's leases; a refused one was taken over elsewhere."""
+        store = self.store
+        assert store is not None  # noqa: S101
+        for mailbox in list(self._routes.values()):
+            epoch = mailbox.store_epoch
+            if epoch is None:
+                continue
+            try:
+                renewed = store.renew(mailbox.session_id, epoch)
+            except StoreError:
+                return  # the store is away: the next sweep tries again
+            if renewed:
+                continue
+            parked = mailbox.parked
+            if parked is not None and mailbox.close_if_parked():
+                self._unroute(mailbox)
+                self.books.parked_left(parked, reason="replaced")
+            else:
+                mailbox.tell_if_live(Replaced(epoch=epoch))
 
     def _decide(self, message: Crashed) -> None:
         """Apply the restart policy to one crash (OTP's intensity, then escalation)."""
@@ -626,4 +735,5 @@ _HANDLERS: dict[type[Any], Callable[[SessionSystem, Any], None]] = {
     Wake: SessionSystem._activate,
     Crashed: SessionSystem._decide,
     Proceed: SessionSystem._proceed,
+    Adopt: SessionSystem._adopt,
 }

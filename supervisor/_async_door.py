@@ -162,18 +162,16 @@ class _CountedNoWaiter(NoWaiter):
 
     def resolve(self, value: object) -> None:
         if isinstance(value, tuple):
-            refused = [item for item in value if isinstance(item, BaseException)]
-            if refused:
-                self._refused(len(refused), refused[0])
+            # Each refused event with its own error, in the burst's order.
+            for item in value:
+                if isinstance(item, BaseException):
+                    report_refused(self._notify, self._session_id, item)
         self._settle()
 
     def fail(self, error: BaseException) -> None:
-        self._refused(self._count, error)
-        self._settle()
-
-    def _refused(self, count: int, error: BaseException) -> None:
-        for _ in range(count):
+        for _ in range(self._count):
             report_refused(self._notify, self._session_id, error)
+        self._settle()
 
     def _settle(self) -> None:
         # Dropped once used, for the reason LoopReply drops its callback.
@@ -200,7 +198,15 @@ class AsyncSessionRegistry:
     ``send_event``, ``send_event_nowait``, ``send_events``, ``acknowledge``,
     ``begin_resume``, ``authenticate_resume``, ``resume`` and
     ``abandon_resume``; ``False`` or ``None`` from the others. After
-    shutdown every call raises :class:`~actors.RegistryClosedError`.
+    shutdown every call raises :class:`~actors.RegistryClosedError`, but
+    ``stats()`` and ``session_ids()``, which still answer.
+
+    Cancellation: a call cancelled while it waits its turn (the session has
+    ``max_pending_per_session`` calls in flight) sends nothing. Once sent,
+    the session carries it out whether or not its caller is still waiting;
+    the caller just never sees the answer. ``create`` and ``resume`` are
+    the exceptions: cancelled, they are undone (a ``resume`` only before its
+    commit point; see each).
     """
 
     def __init__(self, *, options: RegistryOptions, port: CoalescingPort) -> None:
@@ -829,7 +835,12 @@ class AsyncSessionRegistry:
     async def sweep(self) -> None:
         """Tick every session now: TTL pruning and disconnect grace, at once.
 
-        The registry also sweeps every ``sweep_interval_s`` by itself.
+        Returns once every session has been ticked (parked ones on their
+        data, without waking them). Sessions left detached and idle for
+        ``passivate_after_s`` are asked to park as well; each parks when that
+        request's turn comes in its mailbox, which may be after this returns
+        (parking is invisible to callers). The registry also sweeps every
+        ``sweep_interval_s`` by itself.
         """
         self._check_open()
         reply = self._new_reply()

@@ -76,6 +76,7 @@ class AsyncioSessionRegistry(AsyncSessionRegistry):
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop the registry runs on: call its methods from there only."""
         return self._loop
 
     def _spawn(self, coro: Any) -> None:

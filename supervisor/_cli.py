@@ -19,6 +19,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from supervisor._cli_flags import SECRET_ENV, parser, read_secret
+from supervisor._options import RegistryOptions
 from supervisor.gateway._chaos import ChaosConfig, ChaosReport, ClientReport, run_chaos
 from supervisor.gateway._engine import (
     DemoEngine,
@@ -259,12 +260,31 @@ def _engine(args: argparse.Namespace) -> Engine:
     return engine
 
 
+def _registry_options(config: GatewayConfig, redis_url: str | None) -> RegistryOptions | None:
+    """With ``--redis``: the gateway's registry options plus a RedisStore."""
+    if redis_url is None:
+        return None
+    from supervisor.redis_store import RedisStore  # noqa: PLC0415 - only --redis needs redis-py
+
+    store = RedisStore(redis_url)
+    store.ping()  # unreachable: a clear error now, not at the first session
+    return RegistryOptions(
+        replay_ttl_s=config.replay_ttl_s,
+        replay_max_bytes_per_session=config.replay_max_bytes_per_session,
+        disconnect_grace_s=config.disconnect_grace_s,
+        send_timeout_s=config.send_timeout_s,
+        store=store,
+    )
+
+
 def _serve(args: argparse.Namespace) -> int:
     authenticate = None
     if args.authenticate is not None:
         authenticate = load_callable(args.authenticate, "--authenticate")
+    config = _gateway_config(args)
     options = ServeOptions(
-        config=_gateway_config(args),
+        config=config,
+        registry_options=_registry_options(config, args.redis),
         engine=_engine(args),
         authenticate=authenticate,
         stats_interval_s=args.stats_interval,

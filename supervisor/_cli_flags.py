@@ -232,6 +232,12 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "measured)",
     )
     net.add_argument(
+        "--redis",
+        metavar="URL",
+        help="keep sessions in Redis (redis://host:port/db): a client may resume on any "
+        "process serving with the same URL (default: this process's memory only)",
+    )
+    net.add_argument(
         "--trusted-proxy",
         action="append",
         default=[],

@@ -17,8 +17,9 @@ Pass a plan to a registry (``faults=plan``) and arm it while the system runs:
   ``plan.delay_send(..., seconds=0.5)``: the 3rd send (counted per attachment
   from 1) of session ``s1``'s attachment ``generation`` (any, if ``None``)
   raises, never returns, or starts late. ``plan.fail_close("s1")``: that
-  session's next transport close raises. Transport faults act in the trio
-  and asyncio outboxes, in front of the transport's own ``send``.
+  session's next transport close raises. Transport faults act in every
+  door's outbox (the thread door's too), in front of the transport's own
+  ``send``.
 
 Thread-safe: arm it from any thread while sessions hit it from theirs.
 """

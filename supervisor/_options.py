@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from actors._messages import LifecycleEvent
 from actors._ports import LoopPort
 from actors._state import SessionConfig
+from actors._store import SessionStore
 from supervisor._actor import DEFAULT_PASSIVATE_AFTER_S, SessionSystem
 from supervisor._faults import FaultPlan
 from supervisor._policy import RestartPolicy
@@ -57,6 +58,11 @@ class RegistryOptions:
             every session.
         daemon_threads: Run actor threads as daemons, for a registry that is
             never closed (the seed drop-in). Off by default.
+        store: Where sessions persist beyond this process
+            (:class:`~supervisor.redis_store.RedisStore`, or a shared
+            :class:`~supervisor._memory_store.MemoryStore`). ``None``: this
+            process's memory only, no write per event. See the README's
+            "More than one process".
     """
 
     replay_ttl_s: float
@@ -74,6 +80,7 @@ class RegistryOptions:
     strict: bool = True
     drain_timeout_s: float = 2.0
     daemon_threads: bool = False
+    store: SessionStore | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         # SessionConfig checks the journal's and the grace's numbers.
@@ -110,4 +117,5 @@ class RegistryOptions:
             faults=self.faults,
             observer=self.observer,
             daemon_threads=self.daemon_threads,
+            store=self.store,
         )

@@ -20,7 +20,7 @@ from actors._lifecycle import ParkedSession
 from actors._mailbox import ClosableInbox, Envelope, SessionMailbox
 from actors._messages import Command
 from actors._ports import Reply
-from actors._session import CrashReport, Opening, SessionActor
+from actors._session import Call, CrashReport, Opening, SessionActor
 
 __all__ = [
     "MESSAGES",
@@ -152,7 +152,19 @@ class Wake:
     mailbox: SessionMailbox = field(repr=False)
 
 
-MESSAGES = (Create, Closing, Reopen, Gone, Sweep, Stop, Crashed, Proceed, Wake)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Adopt:
+    """A resume for a session this process does not hold: look in the store."""
+
+    session_id: str
+    call: Call = field(repr=False)
+
+    @property
+    def reply(self) -> Reply:
+        return self.call.reply
+
+
+MESSAGES = (Create, Closing, Reopen, Gone, Sweep, Stop, Crashed, Proceed, Wake, Adopt)
 
 
 # -- timers and the inbox that runs them -----------------------------------------
@@ -212,7 +224,7 @@ class SupervisorInbox(ClosableInbox):
 
 # -- the books ----------------------------------------------------------------------
 
-_LeftReason = Literal["expired", "failed", "shutdown"]
+_LeftReason = Literal["expired", "failed", "shutdown", "replaced"]
 
 
 class Books:
@@ -260,6 +272,13 @@ class Books:
             self._parked += 1
             self._parked_bytes += parked.retained_bytes
             self._passivated += 1
+
+    def adopted(self, parked: ParkedSession) -> None:
+        """A session taken over from the store arrives parked (its wake-up
+        then counts as a reactivation)."""
+        with self._lock:
+            self._parked += 1
+            self._parked_bytes += parked.retained_bytes
 
     def parked_woken(self, parked: ParkedSession) -> None:
         with self._lock:

@@ -37,10 +37,10 @@ from supervisor._trio_registry import TrioSessionRegistry, serve_registry
 
 __all__ = ["BlockingClose", "BlockingSend", "ThreadSessionRegistry"]
 
-#: A blocking transport ``send(frame)``: called on a worker thread, in order.
 BlockingSend = Callable[[dict[str, object]], object]
-#: A blocking transport ``close(reason)``: called on a worker thread.
+"""A blocking transport ``send(frame)``: called on a worker thread, each attachment's in order."""
 BlockingClose = Callable[[str], object]
+"""A blocking transport ``close(reason)``: called on a worker thread."""
 
 #: How often a blocking caller checks that the loop thread still runs.
 _LOOP_CHECK_S = 1.0
@@ -132,6 +132,9 @@ class ThreadSessionRegistry:
         self._started = threading.Event()
         self._stop: trio.Event | None = None
         self._door: _HostedTrioRegistry | None = None
+        # The actors of a registry that was shut down: stats() still reads
+        # their figures, as on the async doors.
+        self._ended: SessionSystem | None = None
         self._failure: BaseException | None = None
         self._closed = False
         self._thread = threading.Thread(target=self._loop, name="duplex-loop", daemon=True)
@@ -305,7 +308,13 @@ class ThreadSessionRegistry:
         door.submit(lambda: door.send_event_nowait_or_report(session_id, payload, journal))
 
     def stats(self) -> RegistryStats:
-        """The registry's figures, read without an actor round trip."""
+        """The registry's figures, read without an actor round trip.
+
+        After ``shutdown()`` it still answers: the figures the registry ended with.
+        """
+        door, ended = self._door, self._ended
+        if door is None and ended is not None:
+            return ended.stats()
         return self._hosted().stats()
 
     def session_ids(self) -> list[str]:
@@ -329,4 +338,6 @@ class ThreadSessionRegistry:
             # Through the port: after everything a thread queued before.
             door.submit(stop.set)
         self._thread.join()
+        if door is not None:
+            self._ended = door.system
         self._door = None

@@ -147,9 +147,11 @@ class DuplexSessionAttachmentRegistry(AsyncioSessionRegistry):
         super()._check_open()
 
     def session_ids(self) -> list[str]:
+        """The registered session ids, parked ones included (none before the first call)."""
         return super().session_ids() if self._bound else []
 
     def stats(self) -> RegistryStats:
+        """The registry's figures (all zero before the first call)."""
         return super().stats() if self._bound else RegistryStats()
 
     async def aclose(self) -> None:

@@ -8,9 +8,13 @@ build on these two classes.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 
 from supervisor.testing import FakeClock, Wire
+from tests.redis_support import RedisServer, running_server
 
 
 @pytest.fixture
@@ -23,3 +27,9 @@ def clock(duplex_clock: FakeClock) -> FakeClock:
 def wire(duplex_wire: Wire) -> Wire:
     """The plugin's recording transport, for any door."""
     return duplex_wire
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    """A fresh redis-server of this test's own (see tests/redis_support.py)."""
+    yield from running_server(tmp_path)

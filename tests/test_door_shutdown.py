@@ -189,3 +189,38 @@ def test_thread_door_close_returns_the_callables_as_given() -> None:
             wire.close_blocking,
         )
     assert wire.closes == []
+
+
+# -- every door: the figures stay readable -----------------------------------------------
+
+
+async def test_stats_and_session_ids_answer_after_the_trio_door_ended() -> None:
+    wire = Wire()
+    with trio.fail_after(LIMIT):
+        async with open_session_registry(**registry_options()) as registry:
+            await registry.create("s1", send=wire.send, close=wire.close)
+            await registry.send_event("s1", {"n": 1})
+    assert registry.stats().events_journaled == 1
+    assert registry.session_ids() == []
+
+
+def test_stats_and_session_ids_answer_after_the_asyncio_door_ended() -> None:
+    wire = Wire()
+
+    async def scenario() -> None:
+        async with open_asyncio_registry(**registry_options()) as registry:
+            await registry.create("s1", send=wire.send, close=wire.close)
+            await registry.send_event("s1", {"n": 1})
+        assert registry.stats().events_journaled == 1
+        assert registry.session_ids() == []
+
+    asyncio.run(asyncio.wait_for(scenario(), LIMIT))
+
+
+def test_stats_and_session_ids_answer_after_the_thread_door_ended() -> None:
+    wire = Wire()
+    with ThreadSessionRegistry(timeout=LIMIT, **registry_options()) as registry:
+        registry.create("s1", send=wire.send_blocking, close=wire.close_blocking)
+        registry.send_event("s1", {"n": 1})
+    assert registry.stats().events_journaled == 1
+    assert registry.session_ids() == []

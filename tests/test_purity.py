@@ -24,6 +24,7 @@ PURE_MODULES = (
     "_messages",
     "_lifecycle",
     "_counters",
+    "_store",
 )
 FORBIDDEN = frozenset({"pykka", "trio", "asyncio", "threading"})
 DYNAMIC_IMPORTERS = frozenset({"import_module", "__import__"})

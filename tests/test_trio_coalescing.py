@@ -13,6 +13,7 @@ import pytest
 import trio
 
 from actors._messages import LifecycleEvent
+from supervisor import FaultPlan
 from tests.trio_support import LIMIT, Wire, registry
 
 
@@ -40,6 +41,43 @@ async def test_one_bad_payload_in_a_burst_refuses_only_itself(
     assert [(e.kind, e.reason) for e in events if e.kind == "event_refused"] == [
         ("event_refused", "InvalidPayloadError")
     ]
+
+
+async def test_each_refusal_in_a_burst_is_reported_with_its_own_reason() -> None:
+    events: list[LifecycleEvent] = []
+    with trio.fail_after(LIMIT):
+        async with registry(observer=events.append, replay_max_events_per_session=2) as reg:
+            wire = Wire()
+            await reg.create("s", send=wire.send, close=wire.close)
+            # One tick, one burst: a bad payload, two that fit, one past the cap.
+            reg.send_event_nowait("s", {"n": float("nan")})
+            reg.send_event_nowait("s", {"n": 1})
+            reg.send_event_nowait("s", {"n": 2})
+            reg.send_event_nowait("s", {"n": 3})
+            assert await reg.has_attachment("s")  # after the burst, in order
+    assert [e.reason for e in events if e.kind == "event_refused"] == [
+        "InvalidPayloadError",
+        "JournalOverflowError",
+    ]
+
+
+async def test_a_failed_send_of_a_burst_is_no_refusal_of_its_events() -> None:
+    events: list[LifecycleEvent] = []
+    plan = FaultPlan()
+    with trio.fail_after(LIMIT):
+        async with registry(observer=events.append, faults=plan) as reg:
+            wire = Wire()
+            await reg.create("s", send=wire.send, close=wire.close)
+            plan.fail_send("s", nth=1)
+            reg.send_event_nowait("s", {"n": float("nan")})  # refused
+            reg.send_event_nowait("s", {"n": 1})  # journaled; its send fails
+            await wire.closed.wait()
+            assert reg.stats().events_journaled == 1
+    # The transport failure is told once, as such; the journaled event was
+    # accepted (a resume replays it), and the bad one is refused for itself.
+    assert [e.reason for e in events if e.kind == "event_refused"] == ["InvalidPayloadError"]
+    assert [e.reason for e in events if e.kind == "send_failed"] == ["send_failed"]
+    assert wire.closes == ["send_failed"]
 
 
 async def test_an_awaited_call_after_nowait_calls_keeps_their_order() -> None:

@@ -30,6 +30,7 @@ from types import FrameType
 
 import trio
 
+from supervisor._options import RegistryOptions
 from supervisor.gateway._auth import Authenticate
 from supervisor.gateway._config import GatewayConfig
 from supervisor.gateway._engine import Engine
@@ -52,6 +53,8 @@ class ServeOptions:
     engine: Engine
     authenticate: Authenticate | None = None
     stats_interval_s: float = 10.0
+    #: The registry's options (``serve --redis``: a store); None: from ``config``.
+    registry_options: RegistryOptions | None = None
     #: Called with the running gateway's URL (tests and the log read it).
     on_listening: Callable[[str], None] = field(default=lambda url: None)
 
@@ -104,6 +107,7 @@ async def _serve_trio(options: ServeOptions) -> int:
                     options.config,
                     engine=options.engine,
                     authenticate=options.authenticate,
+                    registry_options=options.registry_options,
                     task_status=task_status,
                 )
             )
@@ -147,7 +151,12 @@ def _serve_uvicorn(options: ServeOptions) -> int:
     import uvicorn  # noqa: PLC0415 - only this server needs it
 
     config = options.config
-    app = GatewayApp(config, engine=options.engine, authenticate=options.authenticate)
+    app = GatewayApp(
+        config,
+        engine=options.engine,
+        authenticate=options.authenticate,
+        registry_options=options.registry_options,
+    )
     received: list[int] = []
 
     class Server(uvicorn.Server):
@@ -231,7 +240,12 @@ async def _serve_hypercorn(options: ServeOptions) -> int:
     from hypercorn.trio import serve  # noqa: PLC0415
 
     config = options.config
-    app = GatewayApp(config, engine=options.engine, authenticate=options.authenticate)
+    app = GatewayApp(
+        config,
+        engine=options.engine,
+        authenticate=options.authenticate,
+        registry_options=options.registry_options,
+    )
     settings = Config()
     settings.bind = [
         f"[{config.host}]:{config.port}" if ":" in config.host else f"{config.host}:{config.port}"

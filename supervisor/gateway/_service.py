@@ -331,6 +331,11 @@ class GatewayService:
             return core.fail(ProtocolError("session_failed", type(exc).__name__))
         if resumed:
             self._resume_outcome("resumed")
+            if session_id not in self.work:
+                # Taken over from another process through a session store:
+                # this process's engine adopts the session (the old one's
+                # stops when its writes are refused).
+                self.work.start(session_id, identity)
         else:
             self.work.start(session_id, identity)
         logger.debug("%s %s from %s", "resumed" if resumed else "opened", session_id, address)

@@ -24,6 +24,7 @@ from actors._errors import (
     RegistryClosedError,
     SessionCrashedError,
     SessionFailedError,
+    StoreUnavailableError,
 )
 from supervisor._async_door import AsyncSessionRegistry
 from supervisor.gateway._core import InputLedger, InputVerdict
@@ -39,6 +40,9 @@ class TaskSpawner(Protocol):
 
 
 logger = logging.getLogger("duplex_supervisor.supervisor")
+
+#: How long an engine's send waits before trying an unreachable store again.
+STORE_RETRY_S = 0.2
 
 #: Errors of ``send_event`` that mean the session is over for good.
 _SESSION_ENDED = (KeyError, SessionFailedError, RegistryClosedError)
@@ -140,6 +144,11 @@ class EngineWork:
                 await self.registry.send_event(session_id, payload)
             except SessionCrashedError:
                 continue  # retryable and traceless: the crashed event was never journaled
+            except StoreUnavailableError:
+                # Not journaled (the session store is away): wait for it, so
+                # the engine's next event is not silently lost.
+                await anyio.sleep(STORE_RETRY_S)
+                continue
             except JournalOverflowError:
                 logger.warning("a session overflowed its journal; its engine work stops")
                 self.stop(session_id)

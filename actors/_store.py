@@ -1,0 +1,274 @@
+"""What a session persists, and the store interface it persists through.
+
+A registry without a store keeps every session in its own memory (the
+embedded default: nothing to run, no write per event). A registry given a
+:class:`SessionStore` writes each committed transition through it before the
+transition's effects are released, so another process sharing the store can
+take the session over when a client resumes there.
+
+What crosses processes is plain data, never a pickle:
+
+* :class:`SessionRecord`: the session's fields (token digest, recovery
+  digest, generations, orphaned lease, journal counters, when it was
+  detached), written whole when any of them changed;
+* :class:`StoredEvent`: one journal entry, its encoded JSON and its age;
+* :class:`Commit`: one transition's writes, fenced by the owner's epoch.
+
+One owner at a time: :meth:`SessionStore.create` and :meth:`SessionStore.acquire`
+hand out an *epoch* (a per-session counter that only grows) with a lease; every
+write carries the epoch, and a write whose epoch is not the newest, or whose
+lease ran out, is refused (:class:`SessionReplacedError`). A token rotation is a
+compare-and-set on the stored digest (:class:`TokenConflictError`).
+
+Times: journal entries carry the session clock's (monotonic) times in memory;
+the store keeps wall-clock times, converted with the offset between the two
+at write and at load, so ages survive a move to another process. Two machines'
+wall clocks differ by their skew; TTLs are approximate by that much.
+
+This module does no I/O and imports no threading; the stores are
+:class:`supervisor._memory_store.MemoryStore` and
+:class:`supervisor.redis_store.RedisStore`.
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Protocol
+
+from actors._credential import token_digest
+from actors._errors import (
+    GapReason,
+)
+from actors._journal import JournalEntry, ParkedJournal
+from actors._lifecycle import ParkedSession
+
+__all__ = [
+    "Commit",
+    "SessionRecord",
+    "SessionStore",
+    "StoreBinding",
+    "StoredEvent",
+    "StoredSession",
+    "proves_token",
+]
+
+#: How long an owner's lease lasts unless renewed (a write renews it too).
+DEFAULT_LEASE_S = 10.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionRecord:
+    """A session's persisted fields (its events are :class:`StoredEvent` s)."""
+
+    token_digest: bytes = field(repr=False)
+    recovery_token_digest: bytes | None = field(repr=False)
+    attachment_generation: int
+    lease_generation: int
+    orphaned_lease_generation: int | None
+    last_resume: tuple[int, bytes] | None = field(repr=False)
+    #: Wall-clock time it was detached; ``None``: attached when written.
+    detached_at: float | None
+    next_sequence: int
+    dropped_through: int
+    drop_runs: tuple[tuple[int, GapReason], ...]
+    overflowed: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredEvent:
+    """One journal entry as stored: its sequence, age and encoded JSON."""
+
+    sequence: int
+    #: Wall-clock time the event was journaled.
+    created_at: float
+    encoded_bytes: int
+    encoded: bytes = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredSession:
+    """A session as loaded from the store: its epoch, fields and retained events."""
+
+    session_id: str
+    epoch: int
+    record: SessionRecord
+    events: tuple[StoredEvent, ...] = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Commit:
+    """One transition's writes; refused whole unless ``epoch`` owns the session."""
+
+    session_id: str
+    epoch: int
+    record: SessionRecord | None
+    #: Compare-and-set: the stored token digest must still be this one.
+    expect_token_digest: bytes | None = field(default=None, repr=False)
+    appends: tuple[StoredEvent, ...] = field(default=(), repr=False)
+    #: Drop every stored event at or below this sequence (acks, TTL).
+    trim_through: int | None = None
+
+
+class SessionStore(Protocol):
+    """Where sessions persist. Every method may raise :class:`StoreUnavailableError`."""
+
+    def create(self, session_id: str, record: SessionRecord) -> int:
+        """Store a new session; its first epoch, or :class:`DuplicateSessionError`."""
+
+    def commit(self, commit: Commit) -> None:
+        """Apply ``commit`` whole, or raise :class:`SessionReplacedError` /
+        :class:`TokenConflictError` and change nothing. Renews the lease."""
+
+    def load(self, session_id: str) -> StoredSession | None:
+        """Read a session without taking it (``None``: not stored)."""
+
+    def acquire(self, session_id: str, expect_token_digest: bytes) -> StoredSession | None:
+        """Take the session over: a new epoch and lease, the old owner's ended.
+
+        Only while the stored digest is still ``expect_token_digest`` (the
+        one the caller's token was proven against); ``None`` otherwise.
+        """
+
+    def renew(self, session_id: str, epoch: int) -> bool:
+        """Extend ``epoch``'s lease; ``False`` if it is no longer the owner's."""
+
+    def delete(self, session_id: str, epoch: int) -> None:
+        """Remove the session if ``epoch`` still owns it."""
+
+
+def proves_token(stored: StoredSession, plaintext: str) -> bytes | None:
+    """The stored digest ``plaintext`` matches (current or recovery), or ``None``.
+
+    Constant-time comparisons; a process checks this before it takes a
+    session over, so a wrong token never ends the rightful owner's lease.
+    """
+    digest = token_digest(plaintext)
+    record = stored.record
+    current = hmac.compare_digest(record.token_digest, digest)
+    recovery = record.recovery_token_digest
+    if recovery is not None and hmac.compare_digest(recovery, digest):
+        return record.token_digest
+    return record.token_digest if current else None
+
+
+def stored_event(entry: JournalEntry, wall_offset: float) -> StoredEvent:
+    return StoredEvent(
+        sequence=entry.sequence,
+        created_at=entry.created_monotonic + wall_offset,
+        encoded_bytes=entry.encoded_bytes,
+        encoded=entry.json_bytes(),
+    )
+
+
+def parked_from_store(stored: StoredSession, wall_offset: float) -> ParkedSession:
+    """The stored session as a parked one, detached, in this process's clock.
+
+    ``wall_offset`` is ``time.time() - clock()`` now. A session stored while
+    attached counts as detached from the moment it is loaded.
+    """
+    record = stored.record
+    entries = tuple(
+        JournalEntry(
+            event.sequence,
+            event.created_at - wall_offset,
+            event.encoded_bytes,
+            encoded=event.encoded,
+        )
+        for event in stored.events
+        if event.sequence > record.dropped_through
+    )
+    journal = ParkedJournal(
+        entries=entries,
+        next_sequence=record.next_sequence,
+        dropped_through=record.dropped_through,
+        drop_runs=record.drop_runs,
+        retained_bytes=sum(entry.encoded_bytes for entry in entries),
+        overflowed=record.overflowed,
+    )
+    detached_at = record.detached_at
+    now_wall = time.time()
+    return ParkedSession(
+        session_id=stored.session_id,
+        token_digest=record.token_digest,
+        attachment_generation=record.attachment_generation,
+        lease_generation=record.lease_generation,
+        orphaned_lease_generation=record.orphaned_lease_generation,
+        recovery_token_digest=record.recovery_token_digest,
+        last_resume=record.last_resume,
+        detached_since=(now_wall if detached_at is None else detached_at) - wall_offset,
+        journal=journal,
+    )
+
+
+class Checkpointable(Protocol):
+    """What :class:`StoreBinding` reads of a session state."""
+
+    def store_record(self, wall_offset: float) -> SessionRecord: ...
+
+    def entries_after(self, sequence: int) -> tuple[JournalEntry, ...]: ...
+
+
+class StoreBinding:
+    """One live session's link to the store: its epoch and what was last written.
+
+    Used by the session actor's thread only. :meth:`commit` writes what a
+    transition changed (nothing, when it changed nothing persisted).
+    """
+
+    __slots__ = ("_clock", "_last_sequence", "_record", "epoch", "session_id", "store")
+
+    def __init__(
+        self,
+        *,
+        store: SessionStore,
+        session_id: str,
+        epoch: int,
+        record: SessionRecord,
+        clock: Callable[[], float],
+    ) -> None:
+        self.store = store
+        self.session_id = session_id
+        self.epoch = epoch
+        self._record = record
+        self._last_sequence = record.next_sequence - 1
+        self._clock = clock
+
+    def wall_offset(self) -> float:
+        return time.time() - self._clock()
+
+    def commit(self, state: Checkpointable) -> None:
+        """Write what changed since the last commit; raises the store's refusal."""
+        offset = self.wall_offset()
+        record = state.store_record(offset)
+        last = self._record
+        appended = state.entries_after(self._last_sequence)
+        if not appended and _same(record, last):
+            return
+        self.store.commit(
+            Commit(
+                session_id=self.session_id,
+                epoch=self.epoch,
+                record=record,
+                expect_token_digest=(
+                    last.token_digest if record.token_digest != last.token_digest else None
+                ),
+                appends=tuple(stored_event(entry, offset) for entry in appended),
+                trim_through=(
+                    record.dropped_through
+                    if record.dropped_through != last.dropped_through
+                    else None
+                ),
+            )
+        )
+        self._record = record
+        self._last_sequence = record.next_sequence - 1
+
+
+def _same(record: SessionRecord, last: SessionRecord) -> bool:
+    # detached_at moves with the wall clock offset: compare the rest exactly.
+    if (record.detached_at is None) != (last.detached_at is None):
+        return False
+    return replace(record, detached_at=last.detached_at) == last

@@ -1,0 +1,321 @@
+"""RedisStore: sessions in Redis (>= 7, or Valkey), shared by many processes.
+
+Per session two keys, with one hash tag so a cluster keeps them on one slot:
+
+* ``<prefix>{<id>}:f``, a hash: the :class:`~actors._store.SessionRecord`
+  fields, plus ``epoch`` (the fencing counter) and ``lease_until`` (the
+  owner's lease, in the Redis server's milliseconds);
+* ``<prefix>{<id>}:e``, a stream: one entry per retained journal event, with
+  the explicit ID ``0-<sequence>``, so Redis itself refuses an append at or
+  below the stream's top. An acknowledgement (or a TTL prune) is one
+  ``XTRIM MINID``.
+
+Every write is one Lua script, so it is atomic: it checks the epoch, the
+lease (by the server's clock) and, for a token rotation, the stored digest
+(compare-and-set), then appends, trims and updates the hash, renews the lease
+and the keys' expiry (``key_ttl_s``: how long a session nobody writes or
+renews is kept). A refused write changes nothing.
+
+What Redis keeps across its own restart depends on its persistence settings:
+with ``appendonly yes`` and ``appendfsync always`` every acknowledged write
+is on disk; with ``everysec`` (Redis's default for AOF) an OS crash or power
+loss can lose up to the last second of writes; without AOF, whatever came
+after the last RDB snapshot.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, cast
+
+import redis
+import redis.exceptions
+
+from actors._errors import (
+    DuplicateSessionError,
+    GapReason,
+    SessionReplacedError,
+    StoreUnavailableError,
+    TokenConflictError,
+)
+from actors._store import DEFAULT_LEASE_S, Commit, SessionRecord, StoredEvent, StoredSession
+
+__all__ = ["DEFAULT_KEY_TTL_S", "RedisStore"]
+
+logger = logging.getLogger("duplex_supervisor.supervisor")
+
+#: A session that nobody writes or renews for this long is dropped by Redis.
+DEFAULT_KEY_TTL_S = 24 * 3600.0
+
+_NOW_MS = "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000) "
+
+_CREATE = (
+    _NOW_MS
+    + """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('DEL', KEYS[2])
+redis.call('HSET', KEYS[1], 'epoch', 1, 'lease_until', now + tonumber(ARGV[1]),
+           unpack(ARGV, 3))
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+"""
+)
+
+# ARGV: epoch, lease_ms, ttl_ms, expect_digest|'', trim_through|'', n_field_args,
+# the field args, then 4 per event: sequence, encoded, created_at, encoded_bytes.
+_COMMIT = (
+    _NOW_MS
+    + """
+local epoch = redis.call('HGET', KEYS[1], 'epoch')
+if not epoch then return -1 end
+if tonumber(epoch) ~= tonumber(ARGV[1]) then return -2 end
+if tonumber(redis.call('HGET', KEYS[1], 'lease_until')) < now then return -3 end
+if ARGV[4] ~= '' and redis.call('HGET', KEYS[1], 'td') ~= ARGV[4] then return -4 end
+local nf = tonumber(ARGV[6])
+local first = 7 + nf
+local top = tonumber(redis.call('HGET', KEYS[1], 'ns')) - 1
+for i = first, #ARGV, 4 do
+  local seq = tonumber(ARGV[i])
+  if seq <= top then return -5 end
+  top = seq
+end
+for i = first, #ARGV, 4 do
+  redis.call('XADD', KEYS[2], '0-' .. ARGV[i], 'e', ARGV[i + 1], 't', ARGV[i + 2],
+             'b', ARGV[i + 3])
+end
+if ARGV[5] ~= '' then
+  redis.call('XTRIM', KEYS[2], 'MINID', '0-' .. (tonumber(ARGV[5]) + 1))
+end
+if nf > 0 then redis.call('HSET', KEYS[1], unpack(ARGV, 7, 6 + nf)) end
+redis.call('HSET', KEYS[1], 'lease_until', now + tonumber(ARGV[2]))
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+return 1
+"""
+)
+
+_ACQUIRE = (
+    _NOW_MS
+    + """
+if redis.call('HGET', KEYS[1], 'td') ~= ARGV[3] then return false end
+local epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
+redis.call('HSET', KEYS[1], 'lease_until', now + tonumber(ARGV[1]))
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+return {redis.call('HGETALL', KEYS[1]), redis.call('XRANGE', KEYS[2], '-', '+')}
+"""
+)
+
+_RENEW = (
+    _NOW_MS
+    + """
+local epoch = redis.call('HGET', KEYS[1], 'epoch')
+if not epoch or tonumber(epoch) ~= tonumber(ARGV[1]) then return 0 end
+if tonumber(redis.call('HGET', KEYS[1], 'lease_until')) < now then return 0 end
+redis.call('HSET', KEYS[1], 'lease_until', now + tonumber(ARGV[2]))
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+return 1
+"""
+)
+
+_DELETE = """
+local epoch = redis.call('HGET', KEYS[1], 'epoch')
+if epoch and tonumber(epoch) == tonumber(ARGV[1]) then redis.call('DEL', KEYS[1], KEYS[2]) end
+return 1
+"""
+
+
+def _fields(record: SessionRecord) -> list[str | bytes]:
+    last = record.last_resume
+    values: dict[str, str | bytes] = {
+        "td": record.token_digest.hex(),
+        "rd": "" if record.recovery_token_digest is None else record.recovery_token_digest.hex(),
+        "ag": str(record.attachment_generation),
+        "lg": str(record.lease_generation),
+        "ol": ""
+        if record.orphaned_lease_generation is None
+        else str(record.orphaned_lease_generation),
+        "lr": "" if last is None else f"{last[0]}:{last[1].hex()}",
+        "da": "" if record.detached_at is None else repr(record.detached_at),
+        "ns": str(record.next_sequence),
+        "dt": str(record.dropped_through),
+        "dr": json.dumps(record.drop_runs),
+        "of": "1" if record.overflowed else "0",
+    }
+    flat: list[str | bytes] = []
+    for key, value in values.items():
+        flat += [key, value]
+    return flat
+
+
+def _record(raw: dict[bytes, bytes]) -> SessionRecord:
+    text = {key.decode(): value.decode() for key, value in raw.items()}
+    last = text["lr"]
+    generation, _, digest = last.partition(":")
+    runs = cast(list[list[Any]], json.loads(text["dr"]))
+    return SessionRecord(
+        token_digest=bytes.fromhex(text["td"]),
+        recovery_token_digest=bytes.fromhex(text["rd"]) if text["rd"] else None,
+        attachment_generation=int(text["ag"]),
+        lease_generation=int(text["lg"]),
+        orphaned_lease_generation=int(text["ol"]) if text["ol"] else None,
+        last_resume=(int(generation), bytes.fromhex(digest)) if last else None,
+        detached_at=float(text["da"]) if text["da"] else None,
+        next_sequence=int(text["ns"]),
+        dropped_through=int(text["dt"]),
+        drop_runs=tuple((int(through), cast(GapReason, reason)) for through, reason in runs),
+        overflowed=text["of"] == "1",
+    )
+
+
+def _events(raw: list[tuple[bytes, dict[bytes, bytes]]]) -> tuple[StoredEvent, ...]:
+    return tuple(
+        StoredEvent(
+            sequence=int(stream_id.split(b"-")[1]),
+            created_at=float(fields[b"t"]),
+            encoded_bytes=int(fields[b"b"]),
+            encoded=fields[b"e"],
+        )
+        for stream_id, fields in raw
+    )
+
+
+class RedisStore:
+    """A :class:`~actors._store.SessionStore` on one Redis (see the module).
+
+    ``url`` is a redis-py URL (``redis://host:port/db``); it may hold a
+    password, so errors name only the host and port.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str = "duplex:",
+        lease_s: float = DEFAULT_LEASE_S,
+        key_ttl_s: float = DEFAULT_KEY_TTL_S,
+        timeout_s: float = 2.0,
+    ) -> None:
+        if lease_s <= 0 or key_ttl_s < lease_s:
+            raise ValueError("lease_s must be positive and key_ttl_s at least lease_s")
+        self._client = redis.Redis.from_url(
+            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
+        )
+        kwargs = self._client.connection_pool.connection_kwargs
+        self.where = f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
+        self.prefix = prefix
+        self.lease_s = lease_s
+        self._lease_ms = max(1, int(lease_s * 1000))
+        self._ttl_ms = max(1, int(key_ttl_s * 1000))
+        self._create = self._client.register_script(_CREATE)
+        self._commit = self._client.register_script(_COMMIT)
+        self._acquire = self._client.register_script(_ACQUIRE)
+        self._renew = self._client.register_script(_RENEW)
+        self._delete = self._client.register_script(_DELETE)
+
+    def _keys(self, session_id: str) -> list[str]:
+        base = f"{self.prefix}{{{session_id}}}"
+        return [f"{base}:f", f"{base}:e"]
+
+    def _unavailable(self, exc: BaseException) -> StoreUnavailableError:
+        error = StoreUnavailableError(
+            f"Redis at {self.where} is unavailable ({type(exc).__name__})"
+        )
+        logger.warning("session store: Redis at %s unavailable: %s", self.where, exc)
+        return error
+
+    def _run(self, script: Any, keys: list[str], args: list[Any]) -> Any:
+        try:
+            return script(keys=keys, args=args)
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+            raise self._unavailable(exc) from None
+
+    def create(self, session_id: str, record: SessionRecord) -> int:
+        created = self._run(
+            self._create,
+            self._keys(session_id),
+            [self._lease_ms, self._ttl_ms, *_fields(record)],
+        )
+        if created != 1:
+            raise DuplicateSessionError(session_id)
+        return 1
+
+    def commit(self, commit: Commit) -> None:
+        fields = _fields(commit.record) if commit.record is not None else []
+        args: list[Any] = [
+            commit.epoch,
+            self._lease_ms,
+            self._ttl_ms,
+            "" if commit.expect_token_digest is None else commit.expect_token_digest.hex(),
+            "" if commit.trim_through is None else commit.trim_through,
+            len(fields),
+            *fields,
+        ]
+        for event in commit.appends:
+            args += [event.sequence, event.encoded, repr(event.created_at), event.encoded_bytes]
+        outcome = self._run(self._commit, self._keys(commit.session_id), args)
+        if outcome == -4:
+            raise TokenConflictError("the resume token was rotated by another resume")
+        if outcome != 1:
+            raise SessionReplacedError(commit.session_id)
+
+    def load(self, session_id: str) -> StoredSession | None:
+        fields_key, events_key = self._keys(session_id)
+        try:
+            with self._client.pipeline(transaction=True) as pipe:
+                pipe.hgetall(fields_key)
+                pipe.xrange(events_key)
+                raw_fields, raw_events = pipe.execute()
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+            raise self._unavailable(exc) from None
+        if not raw_fields:
+            return None
+        return StoredSession(
+            session_id=session_id,
+            epoch=int(raw_fields[b"epoch"]),
+            record=_record(raw_fields),
+            events=_events(raw_events),
+        )
+
+    def acquire(self, session_id: str, expect_token_digest: bytes) -> StoredSession | None:
+        taken = self._run(
+            self._acquire,
+            self._keys(session_id),
+            [self._lease_ms, self._ttl_ms, expect_token_digest.hex()],
+        )
+        if not taken:
+            return None
+        flat, raw_events = taken
+        raw_fields = dict(zip(flat[::2], flat[1::2], strict=True))
+        return StoredSession(
+            session_id=session_id,
+            epoch=int(raw_fields[b"epoch"]),
+            record=_record(raw_fields),
+            events=_events(
+                [
+                    (item[0], dict(zip(item[1][::2], item[1][1::2], strict=True)))
+                    for item in raw_events
+                ]
+            ),
+        )
+
+    def renew(self, session_id: str, epoch: int) -> bool:
+        renewed = self._run(
+            self._renew, self._keys(session_id), [epoch, self._lease_ms, self._ttl_ms]
+        )
+        return bool(renewed == 1)
+
+    def delete(self, session_id: str, epoch: int) -> None:
+        self._run(self._delete, self._keys(session_id), [epoch])
+
+    def ping(self) -> None:
+        """Raise :class:`StoreUnavailableError` unless Redis answers."""
+        try:
+            self._client.ping()
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+            raise self._unavailable(exc) from None
+
+    def close(self) -> None:
+        self._client.close()

@@ -1,0 +1,300 @@
+"""The store contract, on MemoryStore and on RedisStore with a real redis-server.
+
+Explicit stream IDs, acks as trims, fencing by epoch, the token's
+compare-and-set (exactly one winner among racing takeovers), leases that run
+out, key expiry, Redis restarted from its AOF, Redis unreachable.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+
+import pytest
+import redis
+
+from actors._credential import token_digest
+from actors._errors import (
+    DuplicateSessionError,
+    SessionReplacedError,
+    StoreUnavailableError,
+    TokenConflictError,
+)
+from actors._store import Commit, SessionRecord, SessionStore, StoredEvent, proves_token
+from supervisor._memory_store import MemoryStore
+from supervisor.redis_store import RedisStore
+from tests.redis_support import RedisServer, free_port
+
+
+def record(
+    token: str = "token-0",  # noqa: S107 - a test token
+    *,
+    next_sequence: int = 1,
+    dropped: int = 0,
+) -> SessionRecord:
+    return SessionRecord(
+        token_digest=token_digest(token),
+        recovery_token_digest=None,
+        attachment_generation=1,
+        lease_generation=0,
+        orphaned_lease_generation=None,
+        last_resume=None,
+        detached_at=None,
+        next_sequence=next_sequence,
+        dropped_through=dropped,
+        drop_runs=((dropped, "acknowledged"),) if dropped else (),
+        overflowed=False,
+    )
+
+
+def events(first: int, last: int) -> tuple[StoredEvent, ...]:
+    return tuple(
+        StoredEvent(
+            sequence=seq,
+            created_at=1000.0 + seq,
+            encoded_bytes=len(f'{{"n":{seq},"server_event_seq":{seq}}}'),
+            encoded=f'{{"n":{seq},"server_event_seq":{seq}}}'.encode(),
+        )
+        for seq in range(first, last + 1)
+    )
+
+
+def append(store: SessionStore, session_id: str, epoch: int, first: int, last: int) -> None:
+    store.commit(
+        Commit(
+            session_id=session_id,
+            epoch=epoch,
+            record=record(next_sequence=last + 1),
+            appends=events(first, last),
+        )
+    )
+
+
+@pytest.fixture(params=["memory", "redis"])
+def store(request: pytest.FixtureRequest) -> Iterator[SessionStore]:
+    if request.param == "memory":
+        yield MemoryStore()
+        return
+    server: RedisServer = request.getfixturevalue("redis_server")
+    redis_store = RedisStore(server.url)
+    yield redis_store
+    redis_store.close()
+
+
+def test_create_then_load_gives_the_record_back(store: SessionStore) -> None:
+    assert store.load("s") is None
+    assert store.create("s", record()) == 1
+    loaded = store.load("s")
+    assert loaded is not None
+    assert (loaded.epoch, loaded.record, loaded.events) == (1, record(), ())
+
+
+def test_a_second_create_of_an_id_is_a_duplicate(store: SessionStore) -> None:
+    store.create("s", record())
+    with pytest.raises(DuplicateSessionError):
+        store.create("s", record("other"))
+    loaded = store.load("s")
+    assert loaded is not None and loaded.record == record()
+
+
+def test_appends_come_back_in_order_and_an_ack_trims_the_head(store: SessionStore) -> None:
+    epoch = store.create("s", record())
+    append(store, "s", epoch, 1, 5)
+    loaded = store.load("s")
+    assert loaded is not None
+    assert [e.sequence for e in loaded.events] == [1, 2, 3, 4, 5]
+    assert loaded.events == events(1, 5)
+    store.commit(
+        Commit(
+            session_id="s", epoch=epoch, record=record(next_sequence=6, dropped=3), trim_through=3
+        )
+    )
+    loaded = store.load("s")
+    assert loaded is not None
+    assert [e.sequence for e in loaded.events] == [4, 5]
+    assert loaded.record.dropped_through == 3
+
+
+def test_an_append_at_or_below_the_top_is_refused_whole(store: SessionStore) -> None:
+    epoch = store.create("s", record())
+    append(store, "s", epoch, 1, 3)
+    with pytest.raises(SessionReplacedError):
+        append(store, "s", epoch, 3, 4)
+    loaded = store.load("s")
+    assert loaded is not None
+    assert [e.sequence for e in loaded.events] == [1, 2, 3]
+    assert loaded.record.next_sequence == 4
+
+
+def test_a_stale_owner_is_fenced_after_a_takeover(store: SessionStore) -> None:
+    epoch = store.create("s", record())
+    append(store, "s", epoch, 1, 2)
+    taken = store.acquire("s", token_digest("token-0"))
+    assert taken is not None and taken.epoch == epoch + 1
+    assert [e.sequence for e in taken.events] == [1, 2]
+    with pytest.raises(SessionReplacedError):
+        append(store, "s", epoch, 3, 3)
+    assert not store.renew("s", epoch)
+    store.delete("s", epoch)  # a stale owner's delete is ignored
+    append(store, "s", taken.epoch, 3, 3)
+    loaded = store.load("s")
+    assert loaded is not None
+    assert [e.sequence for e in loaded.events] == [1, 2, 3]
+
+
+def test_acquire_needs_the_digest_the_token_was_proven_against(store: SessionStore) -> None:
+    store.create("s", record("right"))
+    assert store.acquire("s", token_digest("wrong")) is None
+    assert store.acquire("missing", token_digest("right")) is None
+    loaded = store.load("s")
+    assert loaded is not None and loaded.epoch == 1
+    assert proves_token(loaded, "right") == token_digest("right")
+    assert proves_token(loaded, "wrong") is None
+
+
+def test_racing_takeovers_with_one_token_have_exactly_one_winner(store: SessionStore) -> None:
+    store.create("s", record("token-0"))
+    old = token_digest("token-0")
+    results: list[str] = []
+    start = threading.Barrier(6)
+
+    def resume(n: int) -> None:
+        start.wait()
+        taken = store.acquire("s", old)
+        if taken is None:
+            results.append("token gone")
+            return
+        rotated = replace(taken.record, token_digest=token_digest(f"token-{n + 1}"))
+        try:
+            store.commit(
+                Commit(session_id="s", epoch=taken.epoch, record=rotated, expect_token_digest=old)
+            )
+        except (SessionReplacedError, TokenConflictError):
+            results.append("lost")
+        else:
+            results.append("won")
+
+    threads = [threading.Thread(target=resume, args=(n,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert results.count("won") == 1
+    assert len(results) == 6
+
+
+def test_a_rotation_against_a_changed_digest_is_a_conflict(store: SessionStore) -> None:
+    epoch = store.create("s", record("a"))
+    with pytest.raises(TokenConflictError):
+        store.commit(
+            Commit(
+                session_id="s",
+                epoch=epoch,
+                record=record("c"),
+                expect_token_digest=token_digest("b"),
+            )
+        )
+    loaded = store.load("s")
+    assert loaded is not None and loaded.record.token_digest == token_digest("a")
+
+
+def test_a_lease_that_ran_out_refuses_writes_until_someone_takes_over() -> None:
+    now = [0.0]
+    store = MemoryStore(lease_s=10.0, clock=lambda: now[0])
+    epoch = store.create("s", record())
+    now[0] = 9.0
+    assert store.renew("s", epoch)
+    now[0] = 30.0
+    assert not store.renew("s", epoch)
+    with pytest.raises(SessionReplacedError):
+        append(store, "s", epoch, 1, 1)
+    taken = store.acquire("s", token_digest("token-0"))
+    assert taken is not None
+    append(store, "s", taken.epoch, 1, 1)
+
+
+def test_redis_lease_runs_out_on_the_server_clock(redis_server: RedisServer) -> None:
+    store = RedisStore(redis_server.url, lease_s=0.2, key_ttl_s=60)
+    epoch = store.create("s", record())
+    deadline = time.monotonic() + 10
+    while store.renew("s", epoch) and time.monotonic() < deadline:
+        time.sleep(0.3)  # longer than the lease: the next renewal must be refused
+    with pytest.raises(SessionReplacedError):
+        append(store, "s", epoch, 1, 1)
+    store.close()
+
+
+def test_redis_keeps_explicit_stream_ids_and_key_expiry(redis_server: RedisServer) -> None:
+    store = RedisStore(redis_server.url, prefix="t:", key_ttl_s=600)
+    epoch = store.create("s", record())
+    append(store, "s", epoch, 1, 3)
+    client = redis.Redis.from_url(redis_server.url)
+    ids = [entry_id for entry_id, _ in client.xrange("t:{s}:e") or []]
+    assert ids == [b"0-1", b"0-2", b"0-3"]
+    # Redis itself refuses an ID at or below the top: the second line of the fence.
+    with pytest.raises(redis.exceptions.ResponseError):
+        client.xadd("t:{s}:e", {"e": "x"}, id="0-3")
+    for key in ("t:{s}:e", "t:{s}:f"):
+        assert 0 < client.pttl(key) <= 600_000
+    client.close()
+    store.close()
+
+
+def test_every_write_survives_a_redis_kill_and_restart_from_its_aof(
+    redis_server: RedisServer,
+) -> None:
+    store = RedisStore(redis_server.url)
+    epoch = store.create("s", record())
+    for first in range(1, 200, 10):
+        append(store, "s", epoch, first, first + 9)
+    redis_server.restart()  # SIGKILL: no save on shutdown; appendfsync always
+    loaded = store.load("s")
+    assert loaded is not None
+    assert [e.sequence for e in loaded.events] == list(range(1, 201))
+    append(store, "s", epoch, 201, 201)
+    store.close()
+
+
+def test_redis_unreachable_is_a_clear_error_and_recovers(redis_server: RedisServer) -> None:
+    store = RedisStore(redis_server.url, timeout_s=0.5)
+    epoch = store.create("s", record())
+    append(store, "s", epoch, 1, 2)
+    redis_server.stop()
+    with pytest.raises(StoreUnavailableError) as caught:
+        append(store, "s", epoch, 3, 3)
+    assert f"127.0.0.1:{redis_server.port}" in str(caught.value)
+    redis_server.start()
+    append(store, "s", epoch, 3, 3)
+    loaded = store.load("s")
+    assert loaded is not None
+    assert [e.sequence for e in loaded.events] == [1, 2, 3]
+    store.close()
+
+
+def test_an_error_never_shows_the_urls_password() -> None:
+    store = RedisStore(f"redis://:hunter2secret@127.0.0.1:{free_port()}/0", timeout_s=0.3)
+    with pytest.raises(StoreUnavailableError) as caught:
+        store.load("s")
+    assert "hunter2secret" not in repr(caught.value) + str(caught.value)
+    assert caught.value.__cause__ is None
+    store.close()
+
+
+def test_the_store_works_on_the_server_ci_started() -> None:
+    """``.ci/run`` starts a redis-server and exports DUPLEX_REDIS_URL."""
+    url = os.environ.get("DUPLEX_REDIS_URL")
+    if url is None:
+        if os.environ.get("DUPLEX_REQUIRE_REDIS") == "1":
+            pytest.fail("DUPLEX_REQUIRE_REDIS=1 but DUPLEX_REDIS_URL is not set")
+        pytest.skip("DUPLEX_REDIS_URL not set: .ci/run starts a redis-server and sets it")
+    store = RedisStore(url, prefix=f"ci-{os.getpid()}:")
+    epoch = store.create("s", record())
+    append(store, "s", epoch, 1, 3)
+    loaded = store.load("s")
+    assert loaded is not None and [e.sequence for e in loaded.events] == [1, 2, 3]
+    store.delete("s", epoch)
+    assert store.load("s") is None
+    store.close()

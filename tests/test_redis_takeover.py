@@ -1,0 +1,318 @@
+"""One owner at a time: registries with separate session systems sharing one
+store, as separate processes share one Redis (these run in one process; the
+process-kill tests are in test_redis_faults.py).
+
+A resume on a registry that does not hold the session takes it over from the
+store: it proves the token against the stored digest, acquires a new epoch,
+replays from the store and carries on; the old owner's next write is refused
+and it closes its transport with ``replaced``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+import trio
+
+from actors._errors import (
+    InvalidResumeTokenError,
+    SessionReplacedError,
+    StoreUnavailableError,
+    UnknownSessionError,
+)
+from actors._messages import LifecycleEvent
+from actors._store import SessionStore
+from supervisor import open_session_registry
+from supervisor._memory_store import MemoryStore
+from supervisor._threads import ThreadSessionRegistry
+from supervisor.gateway import EngineSession
+from supervisor.gateway._sessions import EngineWork
+from supervisor.redis_store import RedisStore
+from supervisor.testing import FakeClock
+from tests.redis_support import RedisServer
+
+WAIT = 10.0
+
+
+class Transport:
+    def __init__(self) -> None:
+        self.frames: list[dict[str, object]] = []
+        self.closed: list[str] = []
+        self._closed = threading.Event()
+
+    def send(self, frame: dict[str, object]) -> None:
+        self.frames.append(frame)
+
+    def close(self, reason: str) -> None:
+        self.closed.append(reason)
+        self._closed.set()
+
+    def wait_closed(self) -> list[str]:
+        """The close reasons, once ``close`` ran (it runs on the door's loop)."""
+        self._closed.wait(WAIT)
+        return self.closed
+
+    def seqs(self) -> list[object]:
+        return [frame.get("server_event_seq") for frame in self.frames]
+
+
+def registry(store: SessionStore, **options: object) -> ThreadSessionRegistry:
+    values: dict[str, object] = {
+        "replay_ttl_s": 600,
+        "replay_max_bytes_per_session": 1 << 20,
+        "sweep_interval_s": None,
+        "timeout": WAIT,
+        "store": store,
+    }
+    values.update(options)
+    return ThreadSessionRegistry(**values)  # type: ignore[arg-type]
+
+
+@pytest.fixture(params=["memory", "redis"])
+def stores(request: pytest.FixtureRequest) -> Iterator[tuple[SessionStore, SessionStore]]:
+    """Two stores over the same data: one MemoryStore shared, or two Redis clients."""
+    if request.param == "memory":
+        shared = MemoryStore()
+        yield shared, shared
+        return
+    server: RedisServer = request.getfixturevalue("redis_server")
+    first, second = RedisStore(server.url), RedisStore(server.url)
+    yield first, second
+    first.close()
+    second.close()
+
+
+def test_a_resume_on_another_registry_takes_the_session_over(
+    stores: tuple[SessionStore, SessionStore],
+) -> None:
+    events: list[LifecycleEvent] = []
+    old_wire, new_wire = Transport(), Transport()
+    with registry(stores[0]) as a, registry(stores[1], observer=events.append) as b:
+        created = a.create("s", send=old_wire.send, close=old_wire.close)
+        for n in range(5):
+            a.send_event("s", {"n": n})
+        result = b.resume(
+            "s",
+            resume_token=created.resume_token.plaintext,
+            last_received_server_event_seq=2,
+            send=new_wire.send,
+            close=new_wire.close,
+        )
+        assert [entry.sequence for entry in result.replay_entries] == [3, 4, 5]
+        assert [dict(entry.payload)["n"] for entry in result.replay_entries] == [2, 3, 4]
+        assert b.send_event("s", {"n": 5}).sequence == 6  # type: ignore[union-attr]
+        assert new_wire.seqs() == [6]
+        # The old owner learns from its first refused write, and lets go.
+        with pytest.raises(SessionReplacedError):
+            a.send_event("s", {"n": "stale"})
+        assert old_wire.wait_closed() == ["replaced"]
+        with pytest.raises(UnknownSessionError):
+            a.send_event("s", {"n": "after"})
+        # The old token was rotated by the takeover's resume.
+        with pytest.raises(InvalidResumeTokenError):
+            a.authenticate_resume(
+                "s", resume_token=created.resume_token.plaintext, last_received_server_event_seq=0
+            )
+        again = a.resume(
+            "s",
+            resume_token=result.resume_token.plaintext,
+            last_received_server_event_seq=0,
+            send=old_wire.send,
+            close=old_wire.close,
+        )
+        assert [entry.sequence for entry in again.replay_entries] == [1, 2, 3, 4, 5, 6]
+    assert "taken_over" in [event.kind for event in events]
+
+
+def test_a_wrong_token_never_ends_the_owners_lease(
+    stores: tuple[SessionStore, SessionStore],
+) -> None:
+    wire = Transport()
+    with registry(stores[0]) as a, registry(stores[1]) as b:
+        a.create("s", send=wire.send, close=wire.close)
+        with pytest.raises(InvalidResumeTokenError):
+            b.authenticate_resume(
+                "s", resume_token="not-the-token", last_received_server_event_seq=0
+            )
+        assert "s" not in b.session_ids()
+        a.send_event("s", {"still": "owner"})
+        assert wire.seqs() == [1]
+        assert wire.closed == []
+
+
+def test_a_resume_for_a_session_no_process_holds_is_unknown(
+    stores: tuple[SessionStore, SessionStore],
+) -> None:
+    with registry(stores[1]) as b, pytest.raises(UnknownSessionError):
+        b.resume(
+            "nobody",
+            resume_token="x",
+            last_received_server_event_seq=0,
+            send=Transport().send,
+            close=Transport().close,
+        )
+
+
+def test_a_create_of_an_id_another_registry_holds_is_a_duplicate(
+    stores: tuple[SessionStore, SessionStore],
+) -> None:
+    with registry(stores[0]) as a, registry(stores[1]) as b:
+        a.create("s", send=Transport().send, close=Transport().close)
+        with pytest.raises(ValueError, match="already exists"):
+            b.create("s", send=Transport().send, close=Transport().close)
+        with pytest.raises(UnknownSessionError):
+            b.send_event("s", {"n": 1})
+        assert a.send_event("s", {"n": 1}).sequence == 1  # type: ignore[union-attr]
+
+
+def test_a_closed_session_leaves_the_store(stores: tuple[SessionStore, SessionStore]) -> None:
+    with registry(stores[0]) as a:
+        created = a.create("s", send=Transport().send, close=Transport().close)
+        a.send_event("s", {"n": 1})
+        a.close("s")
+    assert stores[1].load("s") is None
+    with registry(stores[1]) as b, pytest.raises(UnknownSessionError):
+        b.authenticate_resume(
+            "s", resume_token=created.resume_token.plaintext, last_received_server_event_seq=0
+        )
+
+
+def test_two_resumes_on_two_registries_have_exactly_one_winner(
+    stores: tuple[SessionStore, SessionStore],
+) -> None:
+    with registry(stores[0]) as a:
+        created = a.create("s", send=Transport().send, close=Transport().close)
+        a.send_event("s", {"n": 1})
+        a.detach("s")
+        token = created.resume_token.plaintext
+        outcomes: list[str] = []
+        start = threading.Barrier(2)
+        contenders = [registry(stores[1]), registry(stores[0])]
+
+        def resume(door: ThreadSessionRegistry) -> None:
+            start.wait()
+            wire = Transport()
+            try:
+                door.resume(
+                    "s",
+                    resume_token=token,
+                    last_received_server_event_seq=0,
+                    send=wire.send,
+                    close=wire.close,
+                )
+            except (InvalidResumeTokenError, SessionReplacedError, UnknownSessionError):
+                outcomes.append("lost")
+            else:
+                outcomes.append("won")
+
+        try:
+            threads = [threading.Thread(target=resume, args=(door,)) for door in contenders]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(WAIT)
+        finally:
+            for door in contenders:
+                door.shutdown()
+        assert sorted(outcomes) == ["lost", "won"]
+
+
+def test_redis_unreachable_fails_the_call_and_the_session_recovers(
+    redis_server: RedisServer,
+) -> None:
+    store = RedisStore(redis_server.url, timeout_s=0.5)
+    wire = Transport()
+    with registry(store) as a:
+        created = a.create("s", send=wire.send, close=wire.close)
+        a.send_event("s", {"n": 1})
+        redis_server.stop()
+        with pytest.raises(StoreUnavailableError):
+            a.send_event("s", {"n": "while down"})
+        assert wire.seqs() == [1]  # nothing of the failed call reached the wire
+        redis_server.start()
+        assert a.send_event("s", {"n": 2}).sequence == 2  # type: ignore[union-attr]
+        assert wire.seqs() == [1, 2]
+    other = RedisStore(redis_server.url)
+    with registry(other) as b:
+        result = b.resume(
+            "s",
+            resume_token=created.resume_token.plaintext,
+            last_received_server_event_seq=0,
+            send=Transport().send,
+            close=Transport().close,
+        )
+        assert [dict(e.payload)["n"] for e in result.replay_entries] == [1, 2]
+    store.close()
+    other.close()
+
+
+class _OneEventEngine:
+    """Sends one event when started, then reports it was journaled."""
+
+    def __init__(self) -> None:
+        self.sent = trio.Event()
+
+    async def start(self, session: EngineSession) -> None:
+        await session.send({"type": "while Redis is down"})
+        self.sent.set()
+
+    async def answer(self, session: EngineSession, client_event_id: str, text: str) -> None:
+        return None
+
+    def stop(self, session_id: str) -> None:
+        return None
+
+
+async def test_an_engines_send_waits_for_an_unreachable_store(redis_server: RedisServer) -> None:
+    store = RedisStore(redis_server.url, timeout_s=0.5)
+    engine = _OneEventEngine()
+    wire = Transport()
+    with trio.fail_after(60):
+        async with (
+            open_session_registry(
+                replay_ttl_s=600,
+                replay_max_bytes_per_session=1 << 20,
+                sweep_interval_s=None,
+                store=store,
+            ) as registry,
+            trio.open_nursery() as nursery,
+        ):
+
+            async def send(frame: dict[str, object]) -> None:
+                wire.send(frame)
+
+            async def close(reason: str) -> None:
+                wire.close(reason)
+
+            await registry.create("s", send=send, close=close)
+            redis_server.stop()
+            work = EngineWork(
+                registry, engine, nursery, max_inputs_per_session=10, max_inputs_in_flight=10
+            )
+            work.start("s", None)
+            # The send fails (Redis is down) and is retried, not dropped.
+            with trio.move_on_after(1.0):
+                await engine.sent.wait()
+            assert not engine.sent.is_set()
+            assert wire.seqs() == []
+            await trio.to_thread.run_sync(redis_server.start)
+            await engine.sent.wait()
+            assert wire.seqs() == [1]
+            work.stop("s")
+    store.close()
+
+
+def test_a_parked_session_expired_by_the_grace_leaves_the_store() -> None:
+    clock = FakeClock()
+    store = MemoryStore()
+    with registry(store, clock=clock, passivate_after_s=0, disconnect_grace_s=5) as door:
+        door.create("s", send=Transport().send, close=Transport().close)
+        door.detach("s")
+        door.sweep()
+        assert door.stats().parked == 1
+        clock.advance(10)
+        door.sweep()
+        assert door.stats().sessions_expired == 1
+    assert store.load("s") is None
