@@ -1,7 +1,9 @@
-"""``python -m benchmarks [--quick] [--json FILE] [--only NAME ...]``.
+"""``python -m benchmarks [--quick] [--json FILE] [--plot DIR] [--only NAME ...]``.
 
-Runs every scenario in this process, each beside its reference measured in
-the same run, and prints one table. Ratios: reference / ours for latencies,
+Runs every scenario, each beside its reference measured in the same run, and
+prints one table. Every scenario runs in this process except ``gateway``,
+which starts a server process and load generator processes per load
+(:mod:`benchmarks.gateway`). Ratios: reference / ours for latencies,
 ours / reference for throughputs, so higher is better. No number is asserted.
 """
 
@@ -18,10 +20,10 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from benchmarks.common import FULL, QUICK, Result, Size
+from benchmarks.gateway import gateway
 from benchmarks.hot_path import send_latency, throughput
 from benchmarks.isolation import engine_threads, slow_client
 from benchmarks.lifecycle import (
-    gateway,
     many_sessions,
     many_sessions_parked,
     restart,
@@ -51,12 +53,38 @@ def _machine() -> dict[str, object]:
 
 
 def _row(result: Result) -> str:
+    if result.ours != result.ours:  # NaN: nothing arrived
+        return f"{result.name:<34} {'-':>12} {result.unit:<22} {'-':>12}"
     reference = f"{result.reference:,.1f}" if result.reference is not None else "-"
     ratio = f"{result.ratio:.2f}" if result.ratio is not None else "-"
     return (
-        f"{result.name:<26} {result.ours:>12,.1f} {result.unit:<20} {reference:>12} "
+        f"{result.name:<34} {result.ours:>12,.1f} {result.unit:<22} {reference:>12} "
         f"{(result.reference_name or '-'):<34} {ratio:>6}  {result.target}"
     )
+
+
+def _scenarios(results: list[Result]) -> dict[str, dict[str, object]]:
+    """JSON entries by scenario name; ``group/part`` names nest (``gateway/trio``
+    is ``scenarios["gateway"]["trio"]``)."""
+    scenarios: dict[str, dict[str, object]] = {}
+    for r in results:
+        if not r.in_json:
+            continue
+        entry = {
+            "unit": r.unit,
+            "ours": r.ours,
+            "reference": r.reference,
+            "reference_name": r.reference_name,
+            "ratio": r.ratio,
+            "target": r.target,
+            **r.figures,
+        }
+        group, _, part = r.name.partition("/")
+        if part:
+            scenarios.setdefault(group, {})[part] = entry
+        else:
+            scenarios[r.name] = entry
+    return scenarios
 
 
 async def _run(names: list[str], size: Size, progress: Callable[[str], None]) -> list[Result]:
@@ -71,6 +99,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="smaller runs (under 2 minutes)")
     parser.add_argument("--json", metavar="FILE", help="also write the figures to FILE")
+    parser.add_argument(
+        "--plot",
+        metavar="DIR",
+        help="also write the gateway's charts (PNG) to DIR (needs matplotlib: '.[bench]')",
+    )
     parser.add_argument(
         "--only",
         nargs="+",
@@ -88,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
 
     results = trio.run(_run, names, size, progress)
     print(
-        f"{'scenario':<26} {'ours':>12} {'unit':<20} {'reference':>12} {'reference is':<34} "
+        f"{'scenario':<34} {'ours':>12} {'unit':<22} {'reference':>12} {'reference is':<34} "
         f"{'ratio':>6}  target"
     )
     for result in results:
@@ -97,28 +130,25 @@ def main(argv: list[str] | None = None) -> int:
         f"(ratio: reference/ours for latencies, ours/reference for throughputs; higher is "
         f"better; {time.perf_counter() - started:.0f} s)"
     )
+    document = {
+        "note": "ratio is reference/ours for latencies and ours/reference for "
+        "throughputs, so higher is better; all measured in one run",
+        "quick": args.quick,
+        "machine": _machine(),
+        "scenarios": _scenarios(results),
+    }
     if args.json:
-        scenarios = {
-            r.name: {
-                "unit": r.unit,
-                "ours": r.ours,
-                "reference": r.reference,
-                "reference_name": r.reference_name,
-                "ratio": r.ratio,
-                "target": r.target,
-                **r.figures,
-            }
-            for r in results
-        }
-        document = {
-            "note": "ratio is reference/ours for latencies and ours/reference for "
-            "throughputs, so higher is better; all measured in one run",
-            "quick": args.quick,
-            "machine": _machine(),
-            "scenarios": scenarios,
-        }
         with open(args.json, "w") as out:
             json.dump(document, out, indent=2)
+    if args.plot:
+        gateway = document["scenarios"].get("gateway")
+        if gateway is None:
+            print("--plot: the gateway scenario did not run; no charts", file=sys.stderr)
+        else:
+            from benchmarks.plot import plot_gateway  # noqa: PLC0415 - matplotlib is optional
+
+            for path in plot_gateway(gateway, args.plot):
+                print(f"wrote {path}", file=sys.stderr)
     return 0
 
 

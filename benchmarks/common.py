@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,12 +37,48 @@ class Size:
     resume_rounds: int
     many_sessions: int
     restart_rounds: int
-    gateway_clients: int
+    #: Clients at 20 events/s each the gateway is measured with, per shell and mode.
+    gateway_loads: tuple[int, ...]
+    #: Seconds counted per load, after ``gateway_warmup_s`` seconds of traffic.
     gateway_s: float
+    gateway_warmup_s: float
+    #: Loads measured past the sizes to find the most clients held (0: none).
+    gateway_search_steps: int
+    gateway_max_clients: int
+    #: Load generator processes per load.
+    gateway_loaders: int
 
 
-FULL = Size(20_000, 100_000, 3.0, 40_000, 30, 10_000, 200, 200, 5.0)
-QUICK = Size(3_000, 20_000, 1.5, 8_000, 10, 2_000, 50, 100, 2.0)
+FULL = Size(
+    latency_calls=20_000,
+    throughput_events=100_000,
+    slow_client_s=3.0,
+    thread_events=40_000,
+    resume_rounds=30,
+    many_sessions=10_000,
+    restart_rounds=200,
+    gateway_loads=(200, 1000),
+    gateway_s=4.0,
+    gateway_warmup_s=1.5,
+    gateway_search_steps=4,
+    gateway_max_clients=3200,
+    gateway_loaders=1,
+)
+QUICK = Size(
+    latency_calls=3_000,
+    throughput_events=20_000,
+    slow_client_s=1.5,
+    thread_events=8_000,
+    resume_rounds=10,
+    many_sessions=2_000,
+    restart_rounds=50,
+    gateway_loads=(100,),
+    gateway_s=1.0,
+    gateway_warmup_s=0.3,
+    gateway_search_steps=0,
+    gateway_max_clients=100,
+    gateway_loaders=1,
+)
 
 
 @dataclass(slots=True)
@@ -56,7 +93,9 @@ class Result:
     reference_name: str | None = None
     ratio: float | None = None
     target: str = ""
-    figures: dict[str, float] = field(default_factory=dict)
+    figures: Mapping[str, object] = field(default_factory=dict)
+    #: False: a table row only (its figures live in another row's JSON entry).
+    in_json: bool = True
 
 
 def pct(values: list[float], q: float) -> float:

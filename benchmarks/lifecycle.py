@@ -1,4 +1,4 @@
-"""Scenarios 5 to 8: resume with a long replay, 10,000 sessions, restart, the gateway."""
+"""Scenarios 5 to 7: resume with a long replay, many sessions (live and parked), restart."""
 
 from __future__ import annotations
 
@@ -19,11 +19,8 @@ from benchmarks.common import BIG, Result, Size, noop_close, noop_send, pct, reg
 from benchmarks.references import LockRegistry
 from supervisor._faults import FaultPlan
 from supervisor._policy import RestartPolicy
-from supervisor.gateway._engine import EngineConfig
-from supervisor.gateway._server import GatewayConfig, serve_gateway
-from supervisor.gateway._wire_client import WireClient, WireClosedError
 
-__all__ = ["gateway", "many_sessions", "many_sessions_parked", "restart", "resume_replay"]
+__all__ = ["many_sessions", "many_sessions_parked", "restart", "resume_replay"]
 
 REPLAY = 1000
 
@@ -140,48 +137,6 @@ async def restart(size: Size) -> list[Result]:
             None,
             "< 5 ms",
             {"p99_ms": pct(latencies, 0.99) * 1e3},
-        )
-    ]
-
-
-async def gateway(size: Size) -> list[Result]:
-    received = [0]
-    engine = EngineConfig(event_rate_hz=200.0)
-    config = GatewayConfig(port=0, disconnect_grace_s=None)
-
-    async def client(url: str, stop_at: float) -> None:
-        ws = await WireClient.connect(url)
-        await ws.send_json({"type": "session.open"})
-        try:
-            while trio.current_time() < stop_at:
-                with trio.move_on_after(max(0.0, stop_at - trio.current_time())):
-                    frame = await ws.receive_json()
-                    received[0] += "server_event_seq" in frame
-        except WireClosedError:
-            pass
-        await ws.cut()
-
-    async with trio.open_nursery() as nursery:
-        served = await nursery.start(
-            lambda task_status: serve_gateway(config, engine_config=engine, task_status=task_status)
-        )
-        stop_at = trio.current_time() + size.gateway_s
-        start = time.perf_counter()
-        async with trio.open_nursery() as crowd:
-            for _ in range(size.gateway_clients):
-                crowd.start_soon(client, served.url, stop_at)
-        rate = received[0] / (time.perf_counter() - start)
-        nursery.cancel_scope.cancel()
-    return [
-        Result(
-            "gateway",
-            "events/s delivered",
-            rate,
-            None,
-            None,
-            None,
-            f"{size.gateway_clients} WebSocket clients on loopback",
-            {"clients": float(size.gateway_clients), "events": float(received[0])},
         )
     ]
 

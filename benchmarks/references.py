@@ -15,6 +15,7 @@ import queue
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 
 import trio
@@ -57,17 +58,26 @@ class _LockedSession:
     journal: EventJournal
     credential: ResumeCredential
     send: Send | None
-    lock: trio.Lock
+    lock: AbstractAsyncContextManager[object]
 
 
 class LockRegistry:
-    """The seed's locking discipline on trio, for the operations measured."""
+    """The seed's locking discipline, for the operations measured: on trio's
+    locks by default; ``lock=anyio.Lock`` serves it on asyncio too (the
+    gateway benchmark behind uvicorn)."""
 
-    def __init__(self, *, replay_ttl_s: float, replay_max_bytes_per_session: int) -> None:
+    def __init__(
+        self,
+        *,
+        replay_ttl_s: float,
+        replay_max_bytes_per_session: int,
+        lock: Callable[[], AbstractAsyncContextManager[object]] = trio.Lock,
+    ) -> None:
         self._ttl = replay_ttl_s
         self._max_bytes = replay_max_bytes_per_session
         self._sessions: dict[str, _LockedSession] = {}
-        self._lock = trio.Lock()
+        self._new_lock = lock
+        self._lock = lock()
 
     async def create(self, session_id: str, *, send: Send) -> ResumeToken:
         async with self._lock:
@@ -76,9 +86,13 @@ class LockRegistry:
                 journal=EventJournal(max_bytes=self._max_bytes, ttl_s=self._ttl),
                 credential=ResumeCredential.from_token(token),
                 send=send,
-                lock=trio.Lock(),
+                lock=self._new_lock(),
             )
             return token
+
+    async def close(self, session_id: str) -> bool:
+        async with self._lock:
+            return self._sessions.pop(session_id, None) is not None
 
     async def send_event(self, session_id: str, payload: Mapping[str, object]) -> JournalEntry:
         async with self._lock:

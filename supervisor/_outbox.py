@@ -233,11 +233,14 @@ class OutboxCore:
 
     async def _send_frames(self, effect: Deliver | Activate) -> None:
         # One timer for the delivery, restarted per frame: the timeout bounds
-        # each send, not a long replay as a whole.
+        # each send, not a long replay as a whole. The first frame's is the
+        # one _within_timeout just started (a deadline set twice per frame
+        # was a measured cost of every awaited send).
         faults = self._faults
-        for frame in delivery_frames(effect):
+        for index, frame in enumerate(delivery_frames(effect)):
             self._sends += 1
-            self._restart_timer()
+            if index:
+                self._restart_timer()
             if faults is not None:
                 action = faults.transport_action(
                     self._session_id, effect.attachment_generation, self._sends
@@ -426,8 +429,12 @@ class AsyncioOutbox(OutboxCore):
         self._event.set()
 
     async def _within_timeout(self, call: Callable[[], Awaitable[None]]) -> bool:
-        # The sends run as their own task so an abort can cancel them without
-        # touching the pump's own cancellation state.
+        if not self._activating:
+            # Only an activation's send is ever aborted: any other runs in the
+            # pump's task (a task per delivery was a measured cost).
+            return await self._timed(call)
+        # An activation's sends run as their own task so an abort can cancel
+        # them without touching the pump's own cancellation state.
         task: asyncio.Task[bool] = asyncio.ensure_future(self._timed(call))
         self._current = task  # type: ignore[assignment]
         try:

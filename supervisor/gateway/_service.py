@@ -16,6 +16,7 @@ import contextlib
 import json
 import logging
 import math
+import time
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -285,14 +286,16 @@ class GatewayService:
         address = conn.handshake.client
 
         async def send(frame: Mapping[str, object]) -> None:
-            started = anyio.current_time()
+            # The real clock for a real latency, and far cheaper per frame than
+            # anyio.current_time(), which looks the event loop up each call.
+            started = time.perf_counter()
             self.sends_in_progress += 1
             try:
                 await ws.send(_dumps(frame))
             finally:
                 self.sends_in_progress -= 1
             self.frames_delivered += 1
-            self.metrics.send_latency.observe(anyio.current_time() - started)
+            self.metrics.send_latency.observe(time.perf_counter() - started)
 
         async def close(reason: str) -> None:
             code = REPLACED_CLOSE_CODE if reason == "replaced" else CLOSE_CODES.get(reason, 1011)

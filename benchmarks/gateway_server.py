@@ -1,0 +1,337 @@
+"""The gateway benchmark's server process: one shell, one session layer, one engine loop.
+
+``python -m benchmarks.gateway_server --shell SHELL --mode MODE --rate HZ``
+
+Prints ``listening URL`` once it accepts connections, then serves until
+killed. ``--shell`` is one of the gateway's server shells (``trio``: its own
+h11 + wsproto server; ``asgi-uvicorn``; ``asgi-hypercorn``, the trio
+worker). ``--mode`` is what sits behind it:
+
+``ours``
+    The gateway itself (:func:`~supervisor.gateway.server.serve_gateway` or
+    :class:`~supervisor.gateway.asgi.GatewayApp`) with :class:`StampedEngine`:
+    sessions, journal, outbox, the protocol core.
+``floor``
+    The same server, the same accepted-WebSocket wrappers and the same engine
+    loop, writing each event straight to its socket: no registry, no journal.
+``baseline``
+    The same again with the seed's lock-per-session algorithm
+    (:class:`~benchmarks.references.LockRegistry`) between the engine loop
+    and the socket: journal under the locks, then the send.
+
+Each session's engine loop sends one event every ``1/rate`` seconds (a
+random phase per session, so sessions do not fire in step), stamped with
+``t`` (``time.monotonic()``) just before its send call, as the load
+generator (:mod:`benchmarks.gateway_load`) measures latency from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import functools
+import json
+import logging
+import random
+import resource
+import socket
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any, cast
+
+import anyio
+import trio
+
+from benchmarks.references import LockRegistry
+from supervisor.gateway._auth import Handshake
+from supervisor.gateway._config import GatewayConfig, GatewayCounters
+from supervisor.gateway._core import TransportClosedError
+from supervisor.gateway._engine import EngineSession, SessionEnded
+from supervisor.gateway._limits import LogLimiter
+from supervisor.gateway._listener import accept_forever
+from supervisor.gateway._server import Gateway, serve_gateway
+from supervisor.gateway._service import GatewayService, Transport
+from supervisor.gateway.asgi import GatewayApp
+
+__all__ = ["MODES", "SHELLS", "StampedEngine", "main"]
+
+SHELLS = ("trio", "asgi-uvicorn", "asgi-hypercorn")
+MODES = ("ours", "floor", "baseline")
+
+logger = logging.getLogger("benchmarks.gateway")
+
+DELTA = "the quick resumable strea"[:24]
+BIG = 1 << 30
+
+Send = Callable[[Mapping[str, object]], Awaitable[None]]
+
+
+def _dumps(frame: Mapping[str, object]) -> str:
+    return json.dumps(frame, separators=(",", ":"), ensure_ascii=False)
+
+
+async def stream_events(send: Send, rate_hz: float) -> None:
+    """The engine loop every mode shares: one stamped delta per period, on schedule."""
+    period = 1 / rate_hz
+    next_at = anyio.current_time() + period * random.random()
+    while True:
+        await anyio.sleep_until(next_at)
+        await send({"type": "response.output_text.delta", "delta": DELTA, "t": time.monotonic()})
+        next_at += period
+        now = anyio.current_time()
+        if next_at < now - 1.0:
+            next_at = now  # more than a second behind: the shortfall shows in events/s
+
+
+class StampedEngine:
+    """An :class:`~supervisor.gateway.engine.Engine` running :func:`stream_events`."""
+
+    def __init__(self, rate_hz: float) -> None:
+        self.rate_hz = rate_hz
+
+    async def start(self, session: EngineSession) -> None:
+        with contextlib.suppress(SessionEnded):
+            await stream_events(session.send, self.rate_hz)
+
+    async def answer(self, session: EngineSession, client_event_id: str, text: str) -> None:
+        return None
+
+    def stop(self, session_id: str) -> None:
+        return None
+
+
+class ReferenceService:
+    """What a shell needs of a :class:`GatewayService`, serving ``session.open`` and
+    then :func:`stream_events` either straight to the socket (``floor``) or through
+    a :class:`LockRegistry` (``baseline``). Acks are journal trims in the baseline
+    and ignored by the floor; ``session.close`` (or the peer leaving) ends it."""
+
+    def __init__(self, config: GatewayConfig, mode: str, rate_hz: float) -> None:
+        self.config = config
+        self.mode = mode
+        self.rate_hz = rate_hz
+        self.counters = GatewayCounters()
+        self.log = LogLimiter(logger, config.log_interval_s)
+        self.accepting = True
+        self._sockets: set[Transport] = set()
+        self._locks = LockRegistry(
+            replay_ttl_s=config.replay_ttl_s,
+            replay_max_bytes_per_session=BIG,
+            lock=anyio.Lock,
+        )
+
+    async def go_away(self) -> None:
+        self.accepting = False
+
+    async def converse(self, ws: Transport, handshake: Handshake, *, keepalive: bool) -> None:
+        self._sockets.add(ws)
+        session_id = ""
+        try:
+            opening = json.loads(await ws.receive())
+            if opening.get("type") != "session.open":
+                return
+            session_id = uuid.uuid4().hex
+
+            async def to_socket(frame: Mapping[str, object]) -> None:
+                await ws.send(_dumps(frame))
+
+            sequence = 0
+
+            async def floor_send(payload: Mapping[str, object]) -> None:
+                nonlocal sequence
+                sequence += 1
+                await ws.send(_dumps({**payload, "server_event_seq": sequence}))
+
+            async def baseline_send(payload: Mapping[str, object]) -> None:
+                await self._locks.send_event(session_id, payload)
+
+            send: Send = floor_send
+            if self.mode == "baseline":
+                await self._locks.create(session_id, send=to_socket)
+                send = baseline_send
+            created = {"type": "session.created", "session_id": session_id}
+            await ws.send(_dumps({**created, "attachment_generation": 1}))
+            async with anyio.create_task_group() as group:
+                group.start_soon(stream_events, send, self.rate_hz)
+                await self._read(ws, session_id)
+                group.cancel_scope.cancel()
+        except* TransportClosedError:
+            pass
+        finally:
+            self._sockets.discard(ws)
+            if session_id and self.mode == "baseline":
+                with anyio.CancelScope(shield=True):
+                    await self._locks.close(session_id)
+
+    async def _read(self, ws: Transport, session_id: str) -> None:
+        while True:
+            message = json.loads(await ws.receive())
+            kind = message.get("type")
+            if kind == "session.close":
+                return
+            if kind == "ack" and self.mode == "baseline":
+                await self._locks.acknowledge(session_id, int(message["server_event_seq"]))
+
+
+# -- the shells ----------------------------------------------------------------------
+
+
+def _announce(url: str) -> None:
+    print(f"listening {url}", flush=True)
+
+
+async def _serve_trio(config: GatewayConfig, mode: str, rate_hz: float) -> None:
+    if mode == "ours":
+        async with trio.open_nursery() as nursery:
+            gateway: Gateway = await nursery.start(
+                functools.partial(serve_gateway, config, engine=StampedEngine(rate_hz))
+            )
+            _announce(gateway.url)
+        return
+    service = ReferenceService(config, mode, rate_hz)
+    gateway = Gateway(config, cast(GatewayService, service))
+    listeners = await trio.open_tcp_listeners(0, host=config.host)
+    gateway.port = listeners[0].socket.getsockname()[1]
+    async with trio.open_nursery() as nursery:
+        for listener in listeners:
+            await nursery.start(
+                functools.partial(
+                    accept_forever,
+                    listener.socket,
+                    gateway.connection,
+                    nursery,
+                    log=service.log,
+                    plain_http=True,
+                )
+            )
+        _announce(gateway.url)
+
+
+class ReferenceApp(GatewayApp):
+    """:class:`GatewayApp` with a :class:`ReferenceService` in place of the gateway's."""
+
+    def __init__(self, config: GatewayConfig, mode: str, rate_hz: float) -> None:
+        super().__init__(config)
+        self._mode, self._rate_hz = mode, rate_hz
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: object = None) -> AsyncIterator[None]:
+        service = ReferenceService(self.config, self._mode, self._rate_hz)
+        self.service = cast(GatewayService, service)
+        try:
+            yield
+        finally:
+            self.service = None
+
+
+def _app(config: GatewayConfig, mode: str, rate_hz: float) -> GatewayApp:
+    if mode == "ours":
+        return GatewayApp(config, engine=StampedEngine(rate_hz))
+    return ReferenceApp(config, mode, rate_hz)
+
+
+def _url(config: GatewayConfig, port: int) -> str:
+    return f"ws://{config.host}:{port}{config.path}"
+
+
+def _serve_uvicorn(config: GatewayConfig, mode: str, rate_hz: float) -> None:
+    import uvicorn  # noqa: PLC0415 - only this shell needs it
+
+    # The settings of ``serve --server asgi-uvicorn`` (supervisor/gateway/servers.py).
+    sock = socket.socket(socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((config.host, 0))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            _app(config, mode, rate_hz),
+            lifespan="on",
+            log_config=None,
+            access_log=False,
+            proxy_headers=False,
+            server_header=False,
+            ws="websockets-sansio",
+            ws_ping_interval=config.ping_interval_s,
+            ws_ping_timeout=config.idle_timeout_s,
+            ws_max_size=config.max_frame_bytes * 4,
+            backlog=4096,
+        )
+    )
+
+    async def main() -> None:
+        async def announce() -> None:
+            while not server.started:
+                await asyncio.sleep(0.01)
+            _announce(_url(config, sock.getsockname()[1]))
+
+        announcer = asyncio.create_task(announce())
+        await server.serve(sockets=[sock])
+        announcer.cancel()
+
+    asyncio.run(main())
+
+
+async def _serve_hypercorn(config: GatewayConfig, mode: str, rate_hz: float) -> None:
+    from hypercorn.config import Config  # noqa: PLC0415 - only this shell needs it
+    from hypercorn.trio import serve  # noqa: PLC0415
+
+    # The settings of ``serve --server asgi-hypercorn`` (supervisor/gateway/servers.py).
+    settings = Config()
+    settings.bind = [f"{config.host}:0"]
+    settings.accesslog = None
+    settings.errorlog = logging.getLogger("hypercorn.error")
+    settings.websocket_ping_interval = config.ping_interval_s
+    settings.websocket_max_message_size = config.max_frame_bytes * 4
+    settings.include_server_header = False
+    settings.backlog = 4096
+    app: Any = _app(config, mode, rate_hz)
+    async with trio.open_nursery() as nursery:
+        binds: list[str] = await nursery.start(functools.partial(serve, app, settings))
+        _announce(_url(config, int(binds[0].rsplit(":", 1)[1])))
+
+
+def config_for_benchmark() -> GatewayConfig:
+    """Caps far above any load the benchmark offers, all from one address."""
+    many = 1_000_000
+    return GatewayConfig(
+        port=0,
+        max_sessions=many,
+        max_sessions_per_address=many,
+        max_connections=many,
+        max_connections_per_address=many,
+        max_inputs_per_second=1e9,
+        disconnect_grace_s=None,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shell", choices=SHELLS, required=True)
+    parser.add_argument("--mode", choices=MODES, required=True)
+    parser.add_argument("--rate", type=float, default=20.0, help="events/s per session")
+    parser.add_argument(
+        "--switch-interval",
+        type=float,
+        default=None,
+        help="sys.setswitchinterval (s) before serving (default: Python's, 0.005)",
+    )
+    args = parser.parse_args(argv)
+    if args.switch_interval is not None:
+        sys.setswitchinterval(args.switch_interval)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, hard), hard))
+    logging.basicConfig(level=logging.WARNING)
+    config = config_for_benchmark()
+    if args.shell == "trio":
+        trio.run(_serve_trio, config, args.mode, args.rate)
+    elif args.shell == "asgi-uvicorn":
+        _serve_uvicorn(config, args.mode, args.rate)
+    else:
+        trio.run(_serve_hypercorn, config, args.mode, args.rate)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
