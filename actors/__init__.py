@@ -1,7 +1,7 @@
 """The session half of duplex-supervisor: a pure state machine and its actor.
 
 What a user needs from this package is re-exported here (and, but for the
-pure core, from :mod:`supervisor` too): the error tree, the seed's journal
+pure core, from `supervisor` too): the error tree, the seed's journal
 and credential, the results of the registry's methods and the observer's
 events. Everything else in its modules (the sans-I/O state machine
 included, for now) is internal and may change.

@@ -2,7 +2,7 @@
 
 A token is 256 bits of ``secrets`` randomness, url-safe base64. The session
 keeps only its SHA-256 digest; comparison is constant time. The plaintext
-lives in a :class:`ResumeToken` whose repr and str never show it.
+lives in a `ResumeToken` whose repr and str never show it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One error tree: every error of ours derives from :class:`SessionError`.
+"""One error tree: every error of ours derives from `SessionError`.
 
 Each class also derives from the built-in base the seed raised in the same
 situation, so code written against the seed (``except KeyError``, ``except
@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 GapReason = Literal["ttl", "acknowledged", "overflow"]
-"""What dropped the first missing event of a :class:`JournalGapError`: its
+"""What dropped the first missing event of a `JournalGapError`: its
 TTL ran out, the client acknowledged it, or the journal overflowed."""
 
 

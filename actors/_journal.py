@@ -66,7 +66,7 @@ def _inspect_json(value: object, *, strict: bool) -> bool:
 
     Not exact: a tuple (comes back a list), a non-str key (comes back a str),
     a subclass of a JSON type. Strict: a non-str key, or a mapping that is not
-    a plain dict, is an :class:`InvalidPayloadError`; json.dumps catches the
+    a plain dict, is an `InvalidPayloadError`; json.dumps catches the
     other non-JSON types later.
     """
     exact = True
@@ -99,7 +99,7 @@ def _inspect_json(value: object, *, strict: bool) -> bool:
 
 
 def normalize_payload(payload: object, *, strict: bool) -> dict[object, object]:
-    """A fresh plain dict of ``payload``, or :class:`InvalidPayloadError`.
+    """A fresh plain dict of ``payload``, or `InvalidPayloadError`.
 
     Strict: ``payload`` must be a mapping. Lenient: whatever ``dict()`` takes,
     as the seed did.
@@ -113,7 +113,7 @@ def normalize_payload(payload: object, *, strict: bool) -> dict[object, object]:
 
 
 def encode_event(sequenced: dict[object, object], *, strict: bool) -> bytes:
-    """Compact JSON bytes of a sequenced payload, or :class:`InvalidPayloadError`."""
+    """Compact JSON bytes of a sequenced payload, or `InvalidPayloadError`."""
     return _encode_checked(sequenced, strict=strict)[0]
 
 
@@ -236,7 +236,7 @@ class JournalEntry:
 
 @dataclass(frozen=True, slots=True)
 class JournalSnapshot:
-    """Everything :meth:`EventJournal.restore` needs; O(1) to take."""
+    """Everything `EventJournal.restore` needs; O(1) to take."""
 
     length: int
     next_sequence: int
@@ -250,8 +250,8 @@ class JournalSnapshot:
 class ParkedJournal:
     """A journal as plain data, for a parked session: no clock, no callables.
 
-    :meth:`EventJournal.park` makes one and :meth:`EventJournal.unpark` brings
-    it back whole; :meth:`pruned` applies the TTL without a live journal.
+    `EventJournal.park` makes one and `EventJournal.unpark` brings
+    it back whole; `pruned` applies the TTL without a live journal.
     """
 
     entries: tuple[JournalEntry, ...]
@@ -356,7 +356,7 @@ class EventJournal:
     def record_framed(
         self, payload: Mapping[str, object]
     ) -> tuple[JournalEntry, Mapping[str, object]]:
-        """:meth:`record`, also handing back the sequenced payload (the live frame),
+        """`record`, also handing back the sequenced payload (the live frame),
         so sending it live costs no decode."""
         # record_many((payload,)) without the batch's bookkeeping: the hot path.
         if self._overflowed:
@@ -377,14 +377,14 @@ class EventJournal:
         """Record a batch all or nothing: one bad payload or a cap records none.
 
         Hitting a cap still makes the journal overflowed, as a single
-        :meth:`record` would: overflow is sticky and nothing is evicted.
+        `record` would: overflow is sticky and nothing is evicted.
         """
         return self.record_many_framed(payloads)[0]
 
     def record_many_framed(
         self, payloads: Sequence[Mapping[str, object]]
     ) -> tuple[tuple[JournalEntry, ...], tuple[Mapping[str, object], ...]]:
-        """:meth:`record_many`, also handing back the sequenced payloads."""
+        """`record_many`, also handing back the sequenced payloads."""
         if self._overflowed:
             raise JournalOverflowError("duplex event journal already exceeded its byte limit")
         staged = [
@@ -506,7 +506,7 @@ class EventJournal:
     # -- parking -------------------------------------------------------------
 
     def park(self) -> ParkedJournal:
-        """Everything this journal holds, as plain data (see :class:`ParkedJournal`)."""
+        """Everything this journal holds, as plain data (see `ParkedJournal`)."""
         return ParkedJournal(
             entries=tuple(self._entries) if self._entries else _EMPTY_ENTRIES,
             next_sequence=self._next_sequence,
@@ -542,7 +542,7 @@ class EventJournal:
     # -- transactions --------------------------------------------------------
 
     def snapshot(self) -> JournalSnapshot:
-        """Mark a point :meth:`restore` can return to. Only the latest one counts."""
+        """Mark a point `restore` can return to. Only the latest one counts."""
         self._undo = []
         return JournalSnapshot(
             length=len(self._entries),

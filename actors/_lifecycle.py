@@ -2,9 +2,9 @@
 
 In the spirit of h11's transition tables: the rules that decide *whether* a
 command is handled now, held back, or answered as for an unknown session are
-data here, not branches in the actor. :class:`ResumeStash` applies them to
+data here, not branches in the actor. `ResumeStash` applies them to
 commands that arrive while a resume's activation is on the wire, and
-:func:`unknown_session_answer` is the seed's answer for a session it did not
+`unknown_session_answer` is the seed's answer for a session it did not
 know. Pure: no I/O, no threads, no event loop.
 """
 
@@ -51,7 +51,7 @@ __all__ = [
 
 
 class SessionPhase(enum.Enum):
-    """Where a session is in its life; :attr:`SessionState.phase` names it."""
+    """Where a session is in its life; `SessionState.phase` names it."""
 
     #: A transport is attached and no activation is on the wire.
     ATTACHED = "attached"
@@ -90,7 +90,7 @@ ALL_COMMANDS: frozenset[type[Any]] = frozenset(
 HELD_WHILE_ACTIVATING: frozenset[type[Any]] = frozenset({Resume, AuthenticateResume})
 
 #: The commands each phase handles now. A command a live phase does not accept
-#: is held (see :class:`ResumeStash`); a closed session accepts none.
+#: is held (see `ResumeStash`); a closed session accepts none.
 ACCEPTS: Mapping[SessionPhase, frozenset[type[Any]]] = {
     SessionPhase.ATTACHED: ALL_COMMANDS,
     SessionPhase.DETACHED: ALL_COMMANDS,
@@ -100,7 +100,7 @@ ACCEPTS: Mapping[SessionPhase, frozenset[type[Any]]] = {
 }
 
 #: The seed answered these commands for an unknown session with a plain value;
-#: every other command raised ``KeyError`` (our :class:`UnknownSessionError`).
+#: every other command raised ``KeyError`` (our `UnknownSessionError`).
 UNKNOWN_SESSION_ANSWERS: Mapping[type[Any], object] = {
     ReleaseAttachment: None,
     EndResume: None,
@@ -181,8 +181,8 @@ class ParkedSession:
     """A passivated session as plain data: no transport, no callables, no thread.
 
     Only a detached session with no resume claimed and no activation on the
-    wire is parked (:meth:`SessionState.park`), so none of those is kept;
-    :meth:`SessionState.unpark` brings the rest back as it was.
+    wire is parked (`SessionState.park`), so none of those is kept;
+    `SessionState.unpark` brings the rest back as it was.
     """
 
     session_id: str

@@ -1,9 +1,9 @@
 """What a session actor and its supervisor say to each other, and what they share.
 
-The vocabulary of :mod:`actors._session`, kept apart so that module holds the
-actor itself: the mail a session's mailbox carries (a door's :class:`Call`,
-the supervisor's :class:`Restart`, :class:`FailSession`, :class:`Passivate`,
-:class:`Shutdown`), the :class:`CrashReport` a session sends up, and the
+The vocabulary of `actors._session`, kept apart so that module holds the
+actor itself: the mail a session's mailbox carries (a door's `Call`,
+the supervisor's `Restart`, `FailSession`, `Passivate`,
+`Shutdown`), the `CrashReport` a session sends up, and the
 context every session of a registry shares.
 """
 

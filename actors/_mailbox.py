@@ -1,6 +1,6 @@
 """Inboxes that outlive their consumer: a session's mailbox and a closable inbox.
 
-A :class:`SessionMailbox` is what the routing table maps a session id to. It
+A `SessionMailbox` is what the routing table maps a session id to. It
 is created with the session and lives until the session closes, across every
 actor that runs the session: a crashed incarnation's successor, and the
 actor that reactivates a parked session, take their messages from the same
@@ -11,7 +11,7 @@ Its consumer phase says who reads it:
 * ``LIVE``: one actor takes its messages (pykka's ``get``);
 * ``PARKED``: nobody; it holds the parked session's plain data and is empty;
 * ``WAKING``: nobody; messages arrived while parked and the owner was asked,
-  once, to start an actor (:meth:`SessionMailboxOwner.wake`);
+  once, to start an actor (`SessionMailboxOwner.wake`);
 * ``CLOSED``: guarded messages are refused at ``put`` (``InboxClosedError``).
 
 Each phase change happens under the mailbox's lock, so "the inbox is empty"
@@ -57,7 +57,7 @@ class Envelope:
 class ClosableInbox:
     """pykka's inbox contract (put/get/empty) on a SimpleQueue, closable.
 
-    Once :meth:`close` ran, a message of one of ``guarded`` types is refused
+    Once `close` ran, a message of one of ``guarded`` types is refused
     at ``put`` (``refusal`` is raised: an ``ActorDeadError``), so its sender
     learns at once instead of queueing behind a stop, where pykka would drop
     it unanswered. pykka's own messages (a stop) are always let through.

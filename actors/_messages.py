@@ -3,11 +3,11 @@
 All frozen, slotted and keyword-only, except the four results the seed
 exported (attachment, created, detached, resume result): seed programs may
 build those positionally, so they keep the seed's field order. A field
-marked :func:`local` holds a callable of this process (a transport's
+marked `local` holds a callable of this process (a transport's
 ``send``, an ``on_accepted``) and cannot cross a wire: the JSON codec
 (``tests/message_codec.py``, until library code carries commands between
 processes) leaves it out and takes it back as a binding. A
-field marked :func:`secret` holds a resume token: it is left out of every
+field marked `secret` holds a resume token: it is left out of every
 repr.
 """
 
@@ -111,7 +111,7 @@ class TransportAttachment:
 class SessionCreated:
     """What ``create`` answers: the new session's first attachment and its resume token.
 
-    ``attachment_generation`` is 1; ``resume_token`` (a :class:`ResumeToken`,
+    ``attachment_generation`` is 1; ``resume_token`` (a `ResumeToken`,
     its ``plaintext`` for the client) is left out of the repr.
     """
 
@@ -304,7 +304,7 @@ LifecycleKind = Literal[
     "taken_over",
     "replaced",
 ]
-"""The ``kind`` of a :class:`LifecycleEvent`: every event an observer hears
+"""The ``kind`` of a `LifecycleEvent`: every event an observer hears
 (docs/shutdown.md says when each comes)."""
 
 
@@ -346,7 +346,7 @@ class Activate:
     """Build the activation frame, send it, then the replay; report the outcome.
 
     The caller's reply waits for the outcome; the shell answers the session
-    with :class:`ActivationOutcome` before it answers the caller.
+    with `ActivationOutcome` before it answers the caller.
     """
 
     attachment_generation: int

@@ -4,12 +4,12 @@ A session actor runs on its own thread and never does I/O, never calls user
 code inline and never blocks on a caller. It talks to the outside only
 through these three things, each implemented once per front door:
 
-* :class:`Reply`: answers one caller. Thread-safe; the first answer wins and
+* `Reply`: answers one caller. Thread-safe; the first answer wins and
   later ones are ignored, so a caller that gave up costs nothing.
-* :class:`LoopPort`: runs a callable soon on the loop that owns it (trio's
+* `LoopPort`: runs a callable soon on the loop that owns it (trio's
   ``run_sync_soon``, asyncio's ``call_soon_threadsafe``, a dispatcher thread).
   Used for ``on_accepted`` and observer callbacks.
-* :class:`Outbox`: one attachment generation's ordered delivery queue, owned by
+* `Outbox`: one attachment generation's ordered delivery queue, owned by
   the loop that created the attachment. It sends frames in the order posted
   and resolves the waiting caller (or, for an activation, reports the outcome
   to the session first).
@@ -57,7 +57,7 @@ class Delivery:
     """One effect for an outbox, with who waits on it.
 
     ``reply`` gets ``value`` once every frame was sent, or the first send's
-    exception. For an :class:`~actors._messages.Activate`, ``report`` is told
+    exception. For an `Activate`, ``report`` is told
     the outcome before ``reply`` is answered, so a resume queued behind this
     one sees the rollback.
     """

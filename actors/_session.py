@@ -1,27 +1,27 @@
 """SessionActor: the pykka shell that runs one SessionState serially.
 
-The actor is the imperative shell around :class:`~actors._state.SessionState`:
+The actor is the imperative shell around `SessionState`:
 it takes one message at a time from the session's mailbox, asks the state for
 a transition, and only then releases the transition's effects (frames to the
 attachment's outbox, callbacks to the caller's loop, the reply).
 
 It carries out; its supervisor decides. A handler that crashes leaves the
 state at its snapshot (the machine restores it), the caller gets
-:class:`SessionCrashedError`, and the actor *suspends*: it holds every later
+`SessionCrashedError`, and the actor *suspends*: it holds every later
 message, in arrival order, and reports the crash to its owner. The owner
-answers with :class:`Restart` (run the held messages as a new incarnation)
-or :class:`FailSession` (close the transport, answer every held message
-:class:`SessionFailedError`, leave). The thread never sleeps: a backoff is
+answers with `Restart` (run the held messages as a new incarnation)
+or `FailSession` (close the transport, answer every held message
+`SessionFailedError`, leave). The thread never sleeps: a backoff is
 the supervisor's timer, not a wait here.
 
-Passivation is the same split: the supervisor proposes :class:`Passivate`;
+Passivation is the same split: the supervisor proposes `Passivate`;
 the actor re-checks idleness when its turn comes, and parks (state as plain
 data in the mailbox, actor stopped, thread freed) only if nothing arrived.
 
 One class, longer than our other modules, on purpose: the crash, restart and
 passivation paths all read and change the same few fields (the state, the
 stash, the held messages, the outboxes) under the actor's one-message-at-a-
-time rule; the vocabulary it speaks is in :mod:`actors._mail`.
+time rule; the vocabulary it speaks is in `actors._mail`.
 """
 
 from __future__ import annotations

@@ -3,21 +3,21 @@
 Theory of operation
 -------------------
 The seed held these rules in a registry guarded by locks and awaited its
-transport sends inline. Here they are split from both: :meth:`SessionState.handle`
-takes one command (:mod:`actors._messages`), changes the state, and returns a
-:class:`Transition` holding the caller's reply (or a domain error) and the
+transport sends inline. Here they are split from both: `SessionState.handle`
+takes one command (`actors._messages`), changes the state, and returns a
+`Transition` holding the caller's reply (or a domain error) and the
 *effects* the shell must carry out afterwards: frames to deliver to an
 attachment generation, an ``on_accepted`` to run, an outbox to retire, an
 observer event. Nothing here does I/O, calls user code, or knows of threads
 or event loops, so every rule is testable with plain calls and a fake clock.
 
 Where the seed awaited an activation send before releasing its lock, the
-state records the activation as *in flight* (:attr:`activation_in_flight`)
-and learns the result later from an :class:`~actors._messages.ActivationOutcome`
+state records the activation as *in flight* (`activation_in_flight`)
+and learns the result later from an `ActivationOutcome`
 command: delivered (nothing to do) or failed (the seed's rollback). The actor
 holds later resumes back while an activation is in flight, as the lock did.
 
-Failure atomicity: a domain error (a :class:`~actors._errors.SessionError`) is
+Failure atomicity: a domain error (a `SessionError`) is
 an answer; what the handler did before raising it stays, and handlers are
 written so that is only what the seed also kept (a sticky overflow, a TTL
 prune). Any other exception restores the snapshot taken before the command
@@ -27,7 +27,7 @@ let tests and fault plans inject such crashes anywhere.
 The machine is one class on purpose, longer than our other modules: every
 handler touches the same private fields under the same invariants, and
 splitting the handlers apart would hide what a transition may change. Its
-vocabulary (configuration, failpoints, outcomes) is in :mod:`actors._transition`.
+vocabulary (configuration, failpoints, outcomes) is in `actors._transition`.
 """
 
 from __future__ import annotations
@@ -212,7 +212,7 @@ class SessionState:
 
     @property
     def journal(self) -> EventJournal:
-        """Read it, never write it: writes go through :meth:`handle`."""
+        """Read it, never write it: writes go through `handle`."""
         return self._journal
 
     @property
@@ -246,7 +246,7 @@ class SessionState:
 
     @property
     def phase(self) -> SessionPhase:
-        """The named phase (see :mod:`actors._lifecycle` for what each accepts)."""
+        """The named phase (see `actors._lifecycle` for what each accepts)."""
         if self._closed:
             return SessionPhase.CLOSED
         if self._activations:
@@ -273,7 +273,7 @@ class SessionState:
         return max(self._detached_since, last_active)
 
     def park(self) -> ParkedSession:
-        """This session as plain data. Only for a parkable one (see :meth:`idle_since`)."""
+        """This session as plain data. Only for a parkable one (see `idle_since`)."""
         self._failpoint("passivate.enter")
         detached_since = self._detached_since
         if self.idle_since(0.0) is None or detached_since is None:
@@ -365,7 +365,7 @@ class SessionState:
     # -- a store's view ----------------------------------------------------------
 
     def undo(self) -> None:
-        """Undo the last :meth:`handle` (its store write failed): as if never sent."""
+        """Undo the last `handle` (its store write failed): as if never sent."""
         if self._undo_point is None:
             raise RuntimeError("undo() before any handle()")
         self.restore(self._undo_point)

@@ -2,23 +2,23 @@
 
 A registry without a store keeps every session in its own memory (the
 embedded default: nothing to run, no write per event). A registry given a
-:class:`SessionStore` writes each committed transition through it before the
+`SessionStore` writes each committed transition through it before the
 transition's effects are released, so another process sharing the store can
 take the session over when a client resumes there.
 
 What crosses processes is plain data, never a pickle:
 
-* :class:`SessionRecord`: the session's fields (token digest, recovery
+* `SessionRecord`: the session's fields (token digest, recovery
   digest, generations, orphaned lease, journal counters, when it was
   detached), written whole when any of them changed;
-* :class:`StoredEvent`: one journal entry, its encoded JSON and its age;
-* :class:`Commit`: one transition's writes, fenced by the owner's epoch.
+* `StoredEvent`: one journal entry, its encoded JSON and its age;
+* `Commit`: one transition's writes, fenced by the owner's epoch.
 
-One owner at a time: :meth:`SessionStore.create` and :meth:`SessionStore.acquire`
+One owner at a time: `SessionStore.create` and `SessionStore.acquire`
 hand out an *epoch* (a per-session counter that only grows) with a lease; every
 write carries the epoch, and a write whose epoch is not the newest, or whose
-lease ran out, is refused (:class:`SessionReplacedError`). A token rotation is a
-compare-and-set on the stored digest (:class:`TokenConflictError`).
+lease ran out, is refused (`SessionReplacedError`). A token rotation is a
+compare-and-set on the stored digest (`TokenConflictError`).
 
 Times: journal entries carry the session clock's (monotonic) times in memory;
 the store keeps wall-clock times, converted with the offset between the two
@@ -26,8 +26,8 @@ at write and at load, so ages survive a move to another process. Two machines'
 wall clocks differ by their skew; TTLs are approximate by that much.
 
 This module does no I/O and imports no threading; the stores are
-:class:`supervisor._memory_store.MemoryStore` and
-:class:`supervisor.redis_store.RedisStore`.
+`supervisor._memory_store.MemoryStore` and
+`supervisor.redis_store.RedisStore`.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ DEFAULT_LEASE_S = 10.0
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SessionRecord:
-    """A session's persisted fields (its events are :class:`StoredEvent` s)."""
+    """A session's persisted fields (its events are `StoredEvent` s)."""
 
     token_digest: bytes = field(repr=False)
     recovery_token_digest: bytes | None = field(repr=False)
@@ -113,14 +113,14 @@ class Commit:
 
 
 class SessionStore(Protocol):
-    """Where sessions persist. Every method may raise :class:`StoreUnavailableError`."""
+    """Where sessions persist. Every method may raise `StoreUnavailableError`."""
 
     def create(self, session_id: str, record: SessionRecord) -> int:
-        """Store a new session; its first epoch, or :class:`DuplicateSessionError`."""
+        """Store a new session; its first epoch, or `DuplicateSessionError`."""
 
     def commit(self, commit: Commit) -> None:
-        """Apply ``commit`` whole, or raise :class:`SessionReplacedError` /
-        :class:`TokenConflictError` and change nothing. Renews the lease."""
+        """Apply ``commit`` whole, or raise `SessionReplacedError` /
+        `TokenConflictError` and change nothing. Renews the lease."""
 
     def load(self, session_id: str) -> StoredSession | None:
         """Read a session without taking it (``None``: not stored)."""
@@ -204,7 +204,7 @@ def parked_from_store(stored: StoredSession, wall_offset: float) -> ParkedSessio
 
 
 class Checkpointable(Protocol):
-    """What :class:`StoreBinding` reads of a session state."""
+    """What `StoreBinding` reads of a session state."""
 
     def store_record(self, wall_offset: float) -> SessionRecord: ...
 
@@ -214,7 +214,7 @@ class Checkpointable(Protocol):
 class StoreBinding:
     """One live session's link to the store: its epoch and what was last written.
 
-    Used by the session actor's thread only. :meth:`commit` writes what a
+    Used by the session actor's thread only. `commit` writes what a
     transition changed (nothing, when it changed nothing persisted).
     """
 

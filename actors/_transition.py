@@ -1,6 +1,6 @@
 """The state machine's vocabulary: its configuration, failpoints and outcomes.
 
-Kept apart from :mod:`actors._state` so that module holds the machine itself.
+Kept apart from `actors._state` so that module holds the machine itself.
 Pure: no I/O, no threads, no event loop.
 """
 

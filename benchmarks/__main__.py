@@ -3,7 +3,7 @@
 Runs every scenario, each beside its reference measured in the same run, and
 prints one table. Every scenario runs in this process except ``gateway``,
 which starts a server process and load generator processes per load
-(:mod:`benchmarks.gateway`). Ratios: reference / ours for latencies,
+(`benchmarks.gateway`). Ratios: reference / ours for latencies,
 ours / reference for throughputs, so higher is better. No number is asserted.
 """
 

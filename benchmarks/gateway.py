@@ -1,9 +1,9 @@
 """Scenario 8: the gateway, events to real clients, ours beside the floor and the
 lock baseline behind the same server, per server shell.
 
-Every point is a fresh server process (:mod:`benchmarks.gateway_server`: a
+Every point is a fresh server process (`benchmarks.gateway_server`: a
 shell, a mode, 20 events/s per session) and load generator process(es)
-(:mod:`benchmarks.gateway_load`) on loopback; this process only starts
+(`benchmarks.gateway_load`) on loopback; this process only starts
 them and reads their figures. A load is *held* when every client opened its
 session and stayed, at least 95 % of the offered events/s arrived, and the
 p99 latency (engine send to client receive) is under 50 ms. Per shell and
@@ -130,7 +130,7 @@ async def measure_point(
     seconds: float,
     loaders: int = 1,
 ) -> Point:
-    """``clients`` at :data:`RATE_HZ` against a fresh ``shell``/``mode`` server."""
+    """``clients`` at `RATE_HZ` against a fresh ``shell``/``mode`` server."""
     point = Point(shell, mode, clients, clients * RATE_HZ)
     python = sys.executable
     server_command = [python, "-m", "benchmarks.gateway_server", "--shell", shell]

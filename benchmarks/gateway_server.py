@@ -8,21 +8,21 @@ h11 + wsproto server; ``asgi-uvicorn``; ``asgi-hypercorn``, the trio
 worker). ``--mode`` is what sits behind it:
 
 ``ours``
-    The gateway itself (:func:`~supervisor.gateway.server.serve_gateway` or
-    :class:`~supervisor.gateway.asgi.GatewayApp`) with :class:`StampedEngine`:
+    The gateway itself (`serve_gateway` or
+    `GatewayApp`) with `StampedEngine`:
     sessions, journal, outbox, the protocol core.
 ``floor``
     The same server, the same accepted-WebSocket wrappers and the same engine
     loop, writing each event straight to its socket: no registry, no journal.
 ``baseline``
     The same again with the seed's lock-per-session algorithm
-    (:class:`~benchmarks.references.LockRegistry`) between the engine loop
+    (`LockRegistry`) between the engine loop
     and the socket: journal under the locks, then the send.
 
 Each session's engine loop sends one event every ``1/rate`` seconds (a
 random phase per session, so sessions do not fire in step), stamped with
 ``t`` (``time.monotonic()``) just before its send call, as the load
-generator (:mod:`benchmarks.gateway_load`) measures latency from it.
+generator (`benchmarks.gateway_load`) measures latency from it.
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ async def stream_events(send: Send, rate_hz: float) -> None:
 
 
 class StampedEngine:
-    """An :class:`~supervisor.gateway.engine.Engine` running :func:`stream_events`."""
+    """An `Engine` running `stream_events`."""
 
     def __init__(self, rate_hz: float) -> None:
         self.rate_hz = rate_hz
@@ -104,9 +104,9 @@ class StampedEngine:
 
 
 class ReferenceService:
-    """What a shell needs of a :class:`GatewayService`, serving ``session.open`` and
-    then :func:`stream_events` either straight to the socket (``floor``) or through
-    a :class:`LockRegistry` (``baseline``). Acks are journal trims in the baseline
+    """What a shell needs of a `GatewayService`, serving ``session.open`` and
+    then `stream_events` either straight to the socket (``floor``) or through
+    a `LockRegistry` (``baseline``). Acks are journal trims in the baseline
     and ignored by the floor; ``session.close`` (or the peer leaving) ends it."""
 
     def __init__(self, config: GatewayConfig, mode: str, rate_hz: float) -> None:
@@ -211,7 +211,7 @@ async def _serve_trio(config: GatewayConfig, mode: str, rate_hz: float) -> None:
 
 
 class ReferenceApp(GatewayApp):
-    """:class:`GatewayApp` with a :class:`ReferenceService` in place of the gateway's."""
+    """`GatewayApp` with a `ReferenceService` in place of the gateway's."""
 
     def __init__(self, config: GatewayConfig, mode: str, rate_hz: float) -> None:
         super().__init__(config)

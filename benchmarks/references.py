@@ -1,10 +1,10 @@
 """The two references every benchmark ratio is taken against, written by us.
 
-* :func:`floor_round_trips`: the bare trip of a trio task to a worker thread
+* `floor_round_trips`: the bare trip of a trio task to a worker thread
   and back (``queue.SimpleQueue`` + ``TrioToken.run_sync_soon``), no work.
   Any actor design on CPython pays at least this per awaited call.
-* :class:`LockRegistry`: the seed's algorithm on trio, a lock per session
-  around journal + send, with our :class:`~actors._journal.EventJournal` so
+* `LockRegistry`: the seed's algorithm on trio, a lock per session
+  around journal + send, with our `EventJournal` so
   both sides do the same journaling. It implements only what the scenarios
   measure and lives here, not in the library.
 """

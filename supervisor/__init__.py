@@ -2,14 +2,14 @@
 
 Everything a user needs is importable from here; the modules of this
 package are internal and may change (the seed drop-in,
-:mod:`supervisor.compat`, the pytest plugin, :mod:`supervisor.testing`, and
-the gateway, :mod:`supervisor.gateway`, are public modules of their own).
+`supervisor.compat`, the pytest plugin, `supervisor.testing`, and
+the gateway, `supervisor.gateway`, are public modules of their own).
 
 * trio: ``async with supervisor.open_session_registry(...) as registry``
 * asyncio: ``async with supervisor.open_asyncio_registry(...) as registry``
 * threads: ``with supervisor.ThreadSessionRegistry(...) as registry``
 
-Every door takes the keyword arguments of :class:`RegistryOptions` and has
+Every door takes the keyword arguments of `RegistryOptions` and has
 every method of the seed's registry, with the same names, parameters,
 results and errors.
 """

@@ -1,15 +1,15 @@
 """The supervisor actor and the loop-neutral system every front door drives.
 
-:class:`SessionSystem` is what a front door owns. Its supervisor actor
+`SessionSystem` is what a front door owns. Its supervisor actor
 decides; session actors carry out:
 
 * **Routing.** The routing table maps each session id to the session's
-  :class:`~actors._mailbox.SessionMailbox`. Only the supervisor's thread writes
+  `SessionMailbox`. Only the supervisor's thread writes
   it; front doors read it without a round trip and put commands straight into
   the mailbox, which outlives every actor that runs the session.
 * **Restarts.** A session that crashes answers its caller, holds its messages
-  and reports the crash (:class:`~actors._session.CrashReport`). The supervisor
-  applies :class:`~supervisor._policy.RestartPolicy`: restart now, restart when
+  and reports the crash (`CrashReport`). The supervisor
+  applies `RestartPolicy`: restart now, restart when
   a backoff timer of its own fires, or close the session; past the
   registry-wide limit it escalates (the registry is reported unhealthy and
   crashing sessions are closed).
@@ -299,7 +299,7 @@ class SessionSystem:
         self.tell_supervisor(Stop(reply=_StopReply(self, reply)), reply)
 
     def join(self, timeout: float | None = None) -> None:
-        """After :meth:`shutdown` answered: stop the supervisor, join every thread of ours."""
+        """After `shutdown` answered: stop the supervisor, join every thread of ours."""
         self._closed = True
         with contextlib.suppress(pykka.ActorDeadError):
             self._supervisor.stop(block=True, timeout=timeout)
@@ -664,7 +664,7 @@ class SessionSystem:
         """Deliver ``message`` to a live supervisor, starting successors as needed.
 
         Never drops it: it is delivered, or (the registry is shut down) its
-        caller is answered :class:`RegistryClosedError`.
+        caller is answered `RegistryClosedError`.
         """
         while True:
             supervisor = self._supervisor

@@ -1,9 +1,9 @@
 """The seed's methods, written once: the async doors, and through them the thread door.
 
-:class:`AsyncSessionRegistry` has every method of the seed's registry, with
+`AsyncSessionRegistry` has every method of the seed's registry, with
 the same names, parameters, results and errors, plus ``send_event_nowait``,
 ``send_events``, ``abandon_resume``, ``sweep``, ``stats`` and
-``session_ids``. A subclass says how its loop waits (:class:`LoopReply`),
+``session_ids``. A subclass says how its loop waits (`LoopReply`),
 pumps an outbox, sleeps, shields a wait and spells cancellation; the trio and
 asyncio doors are those subclasses, and the thread door runs the trio one on
 a loop thread of its own. Shutdown is written here once for all three.
@@ -187,18 +187,18 @@ class AsyncSessionRegistry:
     """The seed's registry, async, for one event loop.
 
     Do not build one yourself: ``open_session_registry()`` of the trio door
-    (:func:`supervisor.open_session_registry`) or of the asyncio door
-    (:func:`supervisor.open_asyncio_registry`) yields one, bound to the
+    (`supervisor.open_session_registry`) or of the asyncio door
+    (`supervisor.open_asyncio_registry`) yields one, bound to the
     running loop, and shuts it down when its block ends. Every method is a
     message to the session's actor; a caller waits on its loop, never on a
     thread.
 
     Unknown sessions are answered as the seed answered them:
-    :class:`~actors.UnknownSessionError` (a ``KeyError``) from
+    `UnknownSessionError` (a ``KeyError``) from
     ``send_event``, ``send_event_nowait``, ``send_events``, ``acknowledge``,
     ``begin_resume``, ``authenticate_resume``, ``resume`` and
     ``abandon_resume``; ``False`` or ``None`` from the others. After
-    shutdown every call raises :class:`~actors.RegistryClosedError`, but
+    shutdown every call raises `RegistryClosedError`, but
     ``stats()`` and ``session_ids()``, which still answer.
 
     Cancellation: a call cancelled while it waits its turn (the session has
@@ -286,7 +286,7 @@ class AsyncSessionRegistry:
     async def _shut_down(self) -> None:
         """Drain, then stop every session, then join every thread. Runs once.
 
-        1. No new call is taken (:class:`~actors.RegistryClosedError`).
+        1. No new call is taken (`RegistryClosedError`).
         2. Queued ``send_event_nowait`` calls go to their sessions, and for
            up to ``drain_timeout_s`` calls in flight settle and outboxes send
            what they hold.

@@ -10,7 +10,7 @@
 ``on_accepted`` and observer callbacks reach the loop through
 ``loop.call_soon_threadsafe``, coalesced. ``send_event_nowait`` raises
 ``asyncio.QueueFull`` where trio's door raises ``trio.WouldBlock``. For code
-written against the seed's class, see :mod:`supervisor.compat`.
+written against the seed's class, see `supervisor.compat`.
 """
 
 from __future__ import annotations
@@ -54,11 +54,11 @@ class AsyncioReply(LoopReply):
 
 
 class AsyncioSessionRegistry(AsyncSessionRegistry):
-    """A registry bound to the running asyncio loop; :meth:`aclose` ends it.
+    """A registry bound to the running asyncio loop; `aclose` ends it.
 
     Build it inside a running loop, with the keyword arguments of
-    :class:`~supervisor.RegistryOptions`, or let
-    :func:`open_session_registry` build and close it.
+    `RegistryOptions`, or let
+    `open_session_registry` build and close it.
     ``send_event_nowait`` raises ``asyncio.QueueFull`` when the session has
     ``max_pending_per_session`` calls in flight.
     """
@@ -166,7 +166,7 @@ async def open_session_registry(**options: Any) -> AsyncIterator[AsyncioSessionR
     """Run a session registry on the running asyncio loop, for the block's duration.
 
     The asyncio twin of the trio door's ``open_session_registry``: the same
-    keyword arguments (the fields of :class:`~supervisor.RegistryOptions`),
+    keyword arguments (the fields of `RegistryOptions`),
     the same methods, the same shutdown at the end of the block (shielded
     from cancellation: drain for up to ``drain_timeout_s``, stop every
     session, join every thread; no transport's ``close`` is called).

@@ -4,9 +4,9 @@ Pass a plan to a registry (``faults=plan``) and arm it while the system runs:
 
 * ``plan.crash("send_event.recorded", session_id="s1", times=2)``: the next two
   times session ``s1`` passes that failpoint, the handler raises
-  :class:`InjectedFaultError` (a crash, not a domain error). ``session_id=None``
-  means any session. :data:`FAILPOINTS` lists the names of the commands'
-  steps; :data:`LIFECYCLE_FAILPOINTS` those of passivation (``passivate.*``:
+  `InjectedFaultError` (a crash, not a domain error). ``session_id=None``
+  means any session. `FAILPOINTS` lists the names of the commands'
+  steps; `LIFECYCLE_FAILPOINTS` those of passivation (``passivate.*``:
   the session stays live) and reactivation (``reactivate.*``: the session
   stays parked, and the supervisor decides as for any crash).
 * ``plan.crash_supervisor(times=1)``: the supervisor actor dies on its next
@@ -104,7 +104,7 @@ class FaultPlan:
     @staticmethod
     def failpoint_names() -> tuple[str, ...]:
         """The commands' failpoints, ``"<command>.<step>"`` (see also
-        :meth:`lifecycle_failpoint_names`)."""
+        `lifecycle_failpoint_names`)."""
         return FAILPOINTS
 
     @staticmethod
@@ -194,7 +194,7 @@ class FaultPlan:
     # -- what the system calls ------------------------------------------------------
 
     def hit(self, name: str, session_id: str) -> None:
-        """The :class:`~actors._state.Failpoints` hook: raise if armed here."""
+        """The `Failpoints` hook: raise if armed here."""
         with self._lock:
             self.hits[name] += 1
             for rule in self._rules:

@@ -1,8 +1,8 @@
-"""MemoryStore: a :class:`~actors._store.SessionStore` in this process's memory.
+"""MemoryStore: a `SessionStore` in this process's memory.
 
 For tests and for several registries in one process sharing sessions (a
 resume on one registry takes a session over from another, as across
-processes with :class:`~supervisor.redis_store.RedisStore`). It does not
+processes with `RedisStore`). It does not
 outlive the process.
 """
 
@@ -34,7 +34,7 @@ class _Entry:
 
 
 class MemoryStore:
-    """A :class:`SessionStore` in this process's memory, shared under a lock.
+    """A `SessionStore` in this process's memory, shared under a lock.
 
     For tests and for several registries in one process; it does not outlive
     the process. Its leases use ``clock`` (monotonic by default).
@@ -49,7 +49,7 @@ class MemoryStore:
         self._sessions: dict[str, _Entry] = {}
 
     def create(self, session_id: str, record: SessionRecord) -> int:
-        """Store a new session at epoch 1 (:class:`DuplicateSessionError` if held)."""
+        """Store a new session at epoch 1 (`DuplicateSessionError` if held)."""
         with self._lock:
             if session_id in self._sessions:
                 raise DuplicateSessionError(session_id)
@@ -65,7 +65,7 @@ class MemoryStore:
         return entry
 
     def commit(self, commit: Commit) -> None:
-        """Apply ``commit`` whole or refuse it (see :class:`~actors._store.SessionStore`)."""
+        """Apply ``commit`` whole or refuse it (see `SessionStore`)."""
         with self._lock:
             entry = self._owned(commit.session_id, commit.epoch)
             expect = commit.expect_token_digest

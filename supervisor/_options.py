@@ -24,7 +24,7 @@ class RegistryOptions:
     ``open_session_registry(**options)`` (trio and asyncio) and
     ``ThreadSessionRegistry(**options)`` build one of these, so every door
     takes the same names with the same defaults and refuses a bad value the
-    same way (:class:`ValueError`, before any thread starts).
+    same way (`ValueError`, before any thread starts).
 
     Attributes:
         replay_ttl_s: How long a journaled event stays replayable (seconds of
@@ -43,8 +43,8 @@ class RegistryOptions:
             (restart, backoff, close; registry-wide escalation).
         passivate_after_s: A session left detached and idle this long is
             parked (no thread; woken by its next message). ``None``: never.
-        faults: A :class:`~supervisor.FaultPlan` for fault-injection tests.
-        observer: Called with every :class:`~actors.LifecycleEvent`, on the
+        faults: A `FaultPlan` for fault-injection tests.
+        observer: Called with every `LifecycleEvent`, on the
             registry's loop (the thread door: its loop thread). Must not block.
         sweep_interval_s: How often, in real time, TTLs and the disconnect
             grace are checked (``None``: only on ``sweep()``).
@@ -59,8 +59,8 @@ class RegistryOptions:
         daemon_threads: Run actor threads as daemons, for a registry that is
             never closed (the seed drop-in). Off by default.
         store: Where sessions persist beyond this process
-            (:class:`~supervisor.redis_store.RedisStore`, or a shared
-            :class:`~supervisor._memory_store.MemoryStore`). ``None``: this
+            (`RedisStore`, or a shared
+            `MemoryStore`). ``None``: this
             process's memory only, no write per event. See the README's
             "More than one process".
     """

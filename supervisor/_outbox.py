@@ -1,7 +1,7 @@
 """Ordered outboxes owned by an event loop, and the port that feeds them.
 
 An outbox is one attachment generation's wire. Session actors post
-deliveries to it from their threads; a :class:`CoalescingPort` carries each
+deliveries to it from their threads; a `CoalescingPort` carries each
 post onto the loop (many posts, one wake-up while the loop is busy); one pump
 task per outbox sends the frames, in order, through the transport's async
 ``send`` and settles every delivery: the waiting caller gets its value or the
@@ -36,7 +36,7 @@ logger = logging.getLogger("duplex_supervisor.supervisor")
 
 
 class CoalescingPort:
-    """A :class:`~actors._ports.LoopPort` over a thread-safe ``schedule(fn)``.
+    """A `LoopPort` over a thread-safe ``schedule(fn)``.
 
     Callables run on the loop in submission order. While a drain is
     scheduled and not yet run, later submissions ride along with it, so a

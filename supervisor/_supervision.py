@@ -1,6 +1,6 @@
 """The supervisor's vocabulary and books: its messages, timers, inbox and figures.
 
-Kept apart from :mod:`supervisor._actor` so that module holds the decisions.
+Kept apart from `supervisor._actor` so that module holds the decisions.
 Everything here outlives any one supervisor actor: a successor reads the same
 timers and books its predecessor left.
 """

@@ -1,6 +1,6 @@
 """The blocking front door, for engine threads that are not an event loop.
 
-:class:`ThreadSessionRegistry` is the trio door run on a loop thread of its
+`ThreadSessionRegistry` is the trio door run on a loop thread of its
 own, with a blocking form of every method. Its methods are not written
 again here: each is made from the async door's method of the same name, so
 the three doors share one description of the seed's methods, one outbox,
@@ -93,7 +93,7 @@ def _blocking(
     # help() and IDEs show the async method's parameters, not *args/**kwargs.
     setattr(call, "__signature__", inspect.signature(method))  # noqa: B010
     call.__doc__ = (
-        f"Blocking :meth:`AsyncSessionRegistry.{name}`: the same parameters, result "
+        f"Blocking `AsyncSessionRegistry.{name}`: the same parameters, result "
         "and errors; it waits at most the registry's ``timeout`` "
         "(``TimeoutError``, the call cancelled as on the async door)."
     )
@@ -103,7 +103,7 @@ def _blocking(
 class ThreadSessionRegistry:
     """The seed's registry for plain threads; use it as a context manager.
 
-    Every method of :class:`AsyncSessionRegistry` is here, blocking, with the
+    Every method of `AsyncSessionRegistry` is here, blocking, with the
     same parameters, results and errors; call them from any thread except
     the registry's own loop thread (so never from an ``on_accepted`` or an
     observer callback: that raises ``RuntimeError``). A thread's calls,
@@ -120,7 +120,7 @@ class ThreadSessionRegistry:
             forever). Past it the call is cancelled, exactly as a cancelled
             async call (a ``send_event`` stays journaled; a ``resume`` rolls
             back), and ``TimeoutError`` is raised.
-        **options: The fields of :class:`~supervisor.RegistryOptions`.
+        **options: The fields of `RegistryOptions`.
 
     Raises:
         ValueError: a bad option, before any thread starts.
@@ -226,7 +226,7 @@ class ThreadSessionRegistry:
         close: BlockingClose,
         lease_generation: int = 0,
     ) -> SessionCreated:
-        """Blocking :meth:`AsyncSessionRegistry.create`, for blocking transports.
+        """Blocking `AsyncSessionRegistry.create`, for blocking transports.
 
         ``send`` and ``close`` are plain callables, run on worker threads;
         the returned attachment (and every later one) holds them as given.
@@ -258,7 +258,7 @@ class ThreadSessionRegistry:
         activation_payload_factory: ActivationPayloadFactory | None = None,
         lease_generation: int | None = None,
     ) -> ResumeResult:
-        """Blocking :meth:`AsyncSessionRegistry.resume`, for blocking transports.
+        """Blocking `AsyncSessionRegistry.resume`, for blocking transports.
 
         Past the registry's ``timeout`` the resume is cancelled and rolls
         back exactly as a cancelled async resume does.
@@ -327,7 +327,7 @@ class ThreadSessionRegistry:
 
         Queued ``send_event_nowait`` calls and outboxes drain for up to
         ``drain_timeout_s``; then every session stops (waiting callers get
-        :class:`~actors.RegistryClosedError`; no transport's ``close`` is
+        `RegistryClosedError`; no transport's ``close`` is
         called) and every thread of the registry is joined. Idempotent.
         """
         if self._closed:

@@ -59,7 +59,7 @@ class TrioReply(LoopReply):
 
 
 class TrioSessionRegistry(AsyncSessionRegistry):
-    """The registry :func:`open_session_registry` yields, bound to one trio run.
+    """The registry `open_session_registry` yields, bound to one trio run.
 
     ``send_event_nowait`` raises ``trio.WouldBlock`` when the session has
     ``max_pending_per_session`` calls in flight.
@@ -143,14 +143,14 @@ async def serve_registry(
 async def open_session_registry(**options: Any) -> AsyncIterator[TrioSessionRegistry]:
     """Run a session registry for the current trio run, for the block's duration.
 
-    Keyword arguments are the fields of :class:`~supervisor.RegistryOptions`
+    Keyword arguments are the fields of `RegistryOptions`
     (``replay_ttl_s`` and ``replay_max_bytes_per_session`` are required);
     a bad value raises ``ValueError`` before any thread starts.
 
     Leaving the block shuts the registry down, shielded from cancellation:
     queued ``send_event_nowait`` calls and outboxes drain for up to
     ``drain_timeout_s``, then every session stops (waiting calls get
-    :class:`~actors.RegistryClosedError`; no transport's ``close`` is
+    `RegistryClosedError`; no transport's ``close`` is
     called) and every actor thread is joined.
 
     Yields:

@@ -4,12 +4,12 @@
     from supervisor.compat import DuplexSessionAttachmentRegistry
 
 Every public name of the seed is here, each our class (or an alias of it),
-and :class:`DuplexSessionAttachmentRegistry` takes the seed's constructor
+and `DuplexSessionAttachmentRegistry` takes the seed's constructor
 and behaves as the seed did: lenient input, no send timeout, no transport
 closed by the library. It needs no start or stop: the actors start on the
 first call, inside the running asyncio loop, on daemon threads, and a
 finalizer stops them, so a program that never closes it still exits. Call
-:meth:`DuplexSessionAttachmentRegistry.aclose` to stop it early. It is bound
+`DuplexSessionAttachmentRegistry.aclose` to stop it early. It is bound
 to the loop of its first call; using it from another loop is an error.
 """
 

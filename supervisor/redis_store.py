@@ -2,7 +2,7 @@
 
 Per session two keys, with one hash tag so a cluster keeps them on one slot:
 
-* ``<prefix>{<id>}:f``, a hash: the :class:`~actors._store.SessionRecord`
+* ``<prefix>{<id>}:f``, a hash: the `SessionRecord`
   fields, plus ``epoch`` (the fencing counter) and ``lease_until`` (the
   owner's lease, in the Redis server's milliseconds);
 * ``<prefix>{<id>}:e``, a stream: one entry per retained journal event, with
@@ -183,7 +183,7 @@ def _events(raw: list[tuple[bytes, dict[bytes, bytes]]]) -> tuple[StoredEvent, .
 
 
 class RedisStore:
-    """A :class:`~actors._store.SessionStore` on one Redis (see the module).
+    """A `SessionStore` on one Redis (see the module).
 
     ``url`` is a redis-py URL (``redis://host:port/db``); it may hold a
     password, so errors name only the host and port.
@@ -311,7 +311,7 @@ class RedisStore:
         self._run(self._delete, self._keys(session_id), [epoch])
 
     def ping(self) -> None:
-        """Raise :class:`StoreUnavailableError` unless Redis answers."""
+        """Raise `StoreUnavailableError` unless Redis answers."""
         try:
             self._client.ping()
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:

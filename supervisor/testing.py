@@ -5,10 +5,10 @@ Installed with the package (entry point ``pytest11``, name
 ``-p no:duplex_supervisor`` turns it off. Fixtures:
 
 ``duplex_clock``
-    A :class:`FakeClock` (the registry's clock): ``duplex_clock.advance(60)``
+    A `FakeClock` (the registry's clock): ``duplex_clock.advance(60)``
     moves TTLs and the disconnect grace a minute on, nothing sleeps.
 ``duplex_faults``
-    A :class:`~supervisor.FaultPlan` wired into every registry fixture: arm
+    A `FaultPlan` wired into every registry fixture: arm
     crashes, failed, hung or delayed sends, supervisor crashes, clock jumps.
 ``duplex_options``
     The options every registry fixture is built with (a ``dict``): the
@@ -16,7 +16,7 @@ Installed with the package (entry point ``pytest11``, name
     sweeps (``await registry.sweep()`` instead), a 1 s send timeout.
     Override this fixture to change them.
 ``duplex_wire``
-    A :class:`Wire`: a transport that records frames and closes, for every
+    A `Wire`: a transport that records frames and closes, for every
     door, and holds or fails its n-th send on demand.
 ``duplex_trio_registry``
     A trio registry (``open_session_registry``) for a trio test (needs
@@ -26,7 +26,7 @@ Installed with the package (entry point ``pytest11``, name
     ``async with duplex_asyncio_registry() as registry:`` inside your
     asyncio test (any runner).
 ``duplex_thread_registry``
-    A :class:`~supervisor.ThreadSessionRegistry`, shut down after the test.
+    A `ThreadSessionRegistry`, shut down after the test.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ class Signal:
 
 
 class Gate:
-    """Holds one send of a :class:`Wire`: ``entered`` once it began, it ends at ``release``."""
+    """Holds one send of a `Wire`: ``entered`` once it began, it ends at ``release``."""
 
     def __init__(self) -> None:
         self.entered = Signal()
@@ -225,7 +225,7 @@ class Wire:
 def registry_options(**overrides: Any) -> dict[str, Any]:
     """Options for a registry under test, with ``overrides`` applied.
 
-    A fresh :class:`FakeClock`, a 60 s TTL, 1 MiB per journal and no
+    A fresh `FakeClock`, a 60 s TTL, 1 MiB per journal and no
     background sweep (call ``sweep()``): pass them to any door as
     ``open_session_registry(**registry_options())``.
     """

@@ -1,9 +1,9 @@
 """Shared helpers for the asyncio door's and the seed drop-in's tests (no tests here).
 
 pytest-trio runs plain ``async def`` tests under trio, so every asyncio test
-is a sync function that calls :func:`run` on a scenario coroutine. Transports
+is a sync function that calls `run` on a scenario coroutine. Transports
 are coroutine functions that record frames; a send that must be slow or hung
-blocks on a :class:`Gate` the test opens. Nothing sleeps for timing: tests
+blocks on a `Gate` the test opens. Nothing sleeps for timing: tests
 wait on events and on actor round trips (an actor handles its inbox in
 order, and its effects ride the registry's one port ahead of its replies).
 """
@@ -32,7 +32,7 @@ T = TypeVar("T")
 
 
 def run(scenario: Callable[[], Awaitable[T]]) -> T:
-    """Run ``scenario()`` on a fresh asyncio loop, bounded by :data:`LIMIT`."""
+    """Run ``scenario()`` on a fresh asyncio loop, bounded by `LIMIT`."""
 
     async def bounded() -> T:
         return await asyncio.wait_for(scenario(), LIMIT)

@@ -1,12 +1,12 @@
 """Helpers for the attack tests (no tests here): a real server process and raw clients.
 
-:func:`server_process` runs ``python -m supervisor serve --port 0 ...`` as a
+`server_process` runs ``python -m supervisor serve --port 0 ...`` as a
 subprocess on 127.0.0.1 (optionally with TLS, or under a lowered
 ``RLIMIT_NOFILE``), reads its URL from its log, keeps draining its log, and
 on the way out stops it with SIGINT and checks it exits 130 with no
 traceback: a server that died during the test fails it there at the latest.
 
-:class:`RawClient` speaks WebSocket with hand-made bytes where a test needs
+`RawClient` speaks WebSocket with hand-made bytes where a test needs
 to misbehave (half a request, frames glued to the upgrade, unmasked or
 non-UTF-8 frames, an abrupt reset) and wsproto to read the answers.
 """

@@ -1,6 +1,6 @@
 """What every test module shares: one FakeClock and one Wire (from the plugin).
 
-The package's pytest plugin, :mod:`supervisor.testing`, is loaded from its
+The package's pytest plugin, `supervisor.testing`, is loaded from its
 entry point; its ``duplex_*`` fixtures are there too. The helpers for each
 door (``trio_support``, ``asyncio_support``, ``actor_support``, ``helpers``)
 build on these two classes.

@@ -1,10 +1,10 @@
 """Shared helpers for the gateway's tests (no tests here).
 
 Every test runs a real gateway on 127.0.0.1, port 0, in its own trio
-nursery, and talks to it through real sockets. :class:`Harness` opens the
-gateway and hands out :class:`WireClient` connections it closes at the end
+nursery, and talks to it through real sockets. `Harness` opens the
+gateway and hands out `WireClient` connections it closes at the end
 (an unclosed socket would be a ResourceWarning, an error under this suite's
-``filterwarnings``). :class:`Neighbour` is a session that streams in the
+``filterwarnings``). `Neighbour` is a session that streams in the
 background and records every sequence it receives, so a test can check that
 its own mischief touched no other session.
 """

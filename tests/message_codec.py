@@ -5,7 +5,7 @@ that carries commands between processes.
 
 ``to_dict(message)`` gives a dict of JSON values with a ``"type"`` key (the
 class name in snake case); ``from_dict(data, **bindings)`` builds the message
-back. Fields marked local in :mod:`actors._messages` (callables of this
+back. Fields marked local in `actors._messages` (callables of this
 process) are not encoded; pass them as ``bindings`` when decoding. A resume
 token travels as its plaintext, and only inside the dict returned: this
 module logs nothing and its errors never quote a value.
@@ -125,11 +125,11 @@ def _decode_value(name: str, value: object) -> object:
 
 
 def from_dict(data: Mapping[str, object], **bindings: object) -> Any:
-    """Decode what :func:`to_dict` made; ``bindings`` supply the local fields.
+    """Decode what `to_dict` made; ``bindings`` supply the local fields.
 
     A binding also stands in for a field whose encoded message has local
     fields of its own, which a nested decode could not supply: a
-    :class:`~actors._messages.ResumeResult`'s ``replaced_attachment``.
+    `ResumeResult`'s ``replaced_attachment``.
     """
     if not isinstance(data, Mapping):
         raise CodecError("a message must be a JSON object")

@@ -8,7 +8,7 @@ the model as the seed would, and returns the *answer*, normalized: a value
 (``("created", generation)``, ``("entry", seq, payload)``, ``("detached",
 generation, lease)``, ``("attachment", generation)``, ``("resumed", generation,
 replay_payloads, replaced_generation)``, ``None``, a bool or an int), or a
-:class:`Fail` naming the seed's error (``unknown``: its ``KeyError``;
+`Fail` naming the seed's error (``unknown``: its ``KeyError``;
 ``duplicate``, ``sequence``, ``payload``: ``ValueError``/``TypeError``; ``token``,
 ``gap``, ``overflow``: ``RuntimeError``) or the transport's (``transport``,
 ``timeout``, ``factory``).

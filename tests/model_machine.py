@@ -1,7 +1,7 @@
 """The model-based test, written once for every front door (no tests here: the door
 files ``test_model_trio.py`` and ``test_model_threads.py`` subclass it).
 
-:class:`RegistryMachine` drives a real registry through a door driver and the model
+`RegistryMachine` drives a real registry through a door driver and the model
 of ``tests/model.py`` side by side, under crashes at random failpoints, supervisor
 crashes, transport failures and hangs, and clock jumps; each rule waits for its
 answers. After each step: every answer equalled the model's (``SessionCrashedError``

@@ -1,10 +1,10 @@
 """The model-based tests' harness (no tests here).
 
-The transport the tests hand a registry (:class:`ModelWire`, the one test
+The transport the tests hand a registry (`ModelWire`, the one test
 Wire with an id), an activation factory that keeps the tokens it was
-handed, the :class:`Door` protocol a front door's driver implements,
-:func:`answer_of` (a real result or error in the model's terms),
-strategies, and :class:`MachineCore`: the state, the calls (a crash is
+handed, the `Door` protocol a front door's driver implements,
+`answer_of` (a real result or error in the model's terms),
+strategies, and `MachineCore`: the state, the calls (a crash is
 checked to be the one armed, and means "no effect") and the checks after
 every step. The rules are in ``tests/model_machine.py``; the model is
 ``tests/model.py``.
@@ -239,7 +239,7 @@ def arm_send_fault(
 def landing(
     sid: str, token: str, seq: int, *, wire_id: int, new_token: str | None, kind: Activation_
 ) -> Callable[[RegistryModel], Answer]:
-    """A resume as the model applies it, for :meth:`RegistryModel.linearize`."""
+    """A resume as the model applies it, for `RegistryModel.linearize`."""
 
     def land(model: RegistryModel) -> Answer:
         return model.resume(

@@ -1,12 +1,12 @@
 """Helpers for the soak, fuzz and security tests (no tests here).
 
-* :func:`serving` runs a real gateway on 127.0.0.1, port 0, in the current
-  trio run; ``faults=`` hands a :class:`FaultPlan` to the gateway's registry.
-* :class:`BackgroundGateway` runs the same in a thread of its own, with a
+* `serving` runs a real gateway on 127.0.0.1, port 0, in the current
+  trio run; ``faults=`` hands a `FaultPlan` to the gateway's registry.
+* `BackgroundGateway` runs the same in a thread of its own, with a
   neighbouring session that streams through the whole test and records every
   frame, for tests (hypothesis) that drive clients with a ``trio.run`` each.
-* :func:`rss_bytes` and :func:`sample_resources` measure flatness;
-  :func:`record_figures` writes a test's figures to ``$DUPLEX_FIGURES``.
+* `rss_bytes` and `sample_resources` measure flatness;
+  `record_figures` writes a test's figures to ``$DUPLEX_FIGURES``.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class Sample:
 
 
 async def sample_resources(samples: list[Sample], interval_s: float = 1.0) -> None:
-    """Append a :class:`Sample` every ``interval_s`` until cancelled."""
+    """Append a `Sample` every ``interval_s`` until cancelled."""
     start = trio.current_time()
     while True:
         samples.append(Sample(trio.current_time() - start, rss_bytes(), threading.active_count()))
@@ -151,7 +151,7 @@ class Neighbour:
 
 
 class BackgroundGateway:
-    """A gateway (and a :class:`Neighbour`) served by ``trio.run`` in a thread.
+    """A gateway (and a `Neighbour`) served by ``trio.run`` in a thread.
 
     ``with BackgroundGateway(config) as gw:`` -- ``gw.url`` to connect;
     ``gw.call(fn)`` runs a sync function on the gateway's loop (to read its

@@ -2,7 +2,7 @@
 
 Strict input, send timeouts, hung transports that stall nobody else,
 cancellation rollback, ``send_event_nowait`` order, backpressure, transport
-faults from a :class:`FaultPlan`, and a clean exit. Real actors throughout.
+faults from a `FaultPlan`, and a clean exit. Real actors throughout.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The seed drop-in's attachments and leases, end to end through :mod:`supervisor.compat`.
+"""The seed drop-in's attachments and leases, end to end through `supervisor.compat`.
 
 Detach and release fenced by generation, ``has_attachment`` and
 ``is_current_attachment``, and the lease generation rules of

@@ -1,4 +1,4 @@
-"""The seed drop-in's resumes, end to end through :mod:`supervisor.compat`.
+"""The seed drop-in's resumes, end to end through `supervisor.compat`.
 
 Token before sequence, rotation, replay, the replaced attachment, wire order
 under a slow activation, the one-shot recovery after a failed activation,

@@ -1,6 +1,6 @@
 """The seed drop-in, end to end: a seed program that only changes its import line.
 
-Everything here goes through :mod:`supervisor.compat` and real session actors;
+Everything here goes through `supervisor.compat` and real session actors;
 expected values are the seed's (its messages, its lenient input, its unknown
 session answers). Resumes are in ``test_compat_resume.py``, detach and leases in
 ``test_compat_attachment.py``.

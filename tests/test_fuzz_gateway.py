@@ -1,6 +1,6 @@
 """Hypothesis-generated client frames against a running gateway.
 
-One gateway per test runs in a thread of its own (:class:`BackgroundGateway`)
+One gateway per test runs in a thread of its own (`BackgroundGateway`)
 with a neighbouring session streaming through the whole test; each example
 drives its clients with a ``trio.run`` of its own. A small model written here
 (not the gateway's parser) says what each frame deserves: ``bad_request``

@@ -1,7 +1,7 @@
 """Shared helpers for the trio front door's tests (no tests here).
 
 Transports are trio async functions that record frames; a send that must be
-slow or hung blocks on a :class:`Gate` the test releases. Nothing here sleeps
+slow or hung blocks on a `Gate` the test releases. Nothing here sleeps
 for timing: tests wait on events, on ``wait_all_tasks_blocked`` and on actor
 round trips (an actor handles its inbox in order, and its effects ride the
 registry's one port ahead of its replies).

@@ -4,7 +4,7 @@ Shared by the per-door tests: ``RAISING`` are the methods that answer
 ``UnknownSessionError`` (the seed's ``KeyError``), ``ANSWERING`` the ones
 that answer as the seed did, with that answer. Each entry takes a registry
 of an async door and returns what the call returns (a coroutine, or for
-``send_event_nowait`` nothing); :func:`outcome` awaits it if need be.
+``send_event_nowait`` nothing); `outcome` awaits it if need be.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The gateway: resumable sessions over WebSocket, as a server or an ASGI app.
 
-Three layers: a sans-I/O protocol core (:mod:`supervisor.gateway._core`), thin
-shells (the trio server :func:`serve_gateway`, the ASGI app :class:`GatewayApp`),
-and the engine and auth behind small protocols (:class:`Engine`,
+Three layers: a sans-I/O protocol core (`supervisor.gateway._core`), thin
+shells (the trio server `serve_gateway`, the ASGI app `GatewayApp`),
+and the engine and auth behind small protocols (`Engine`,
 ``authenticate``) that you implement.
 """
 

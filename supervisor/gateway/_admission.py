@@ -5,7 +5,7 @@ reserved before the awaited create so concurrent opens cannot pass them; a
 ``session.resume`` follows the seed's flow (``authenticate_resume``, then
 ``begin_resume``/``resume``/``end_resume``) and must come from the identity
 that opened the session. A session's place is given back when it ends
-(:meth:`Admission.release`, from the registry's observer).
+(`Admission.release`, from the registry's observer).
 
 Throttles never refuse a right credential: the token (one SHA-256) or the
 secret is checked first, and only a wrong one is answered ``*_throttled``

@@ -1,7 +1,7 @@
 """Who is connecting: the handshake, the client's address, the ``authenticate`` hook.
 
-:class:`Handshake` is what every shell knows of a WebSocket upgrade (path,
-query, headers, peer). :func:`client_address` says which address a
+`Handshake` is what every shell knows of a WebSocket upgrade (path,
+query, headers, peer). `client_address` says which address a
 connection's limits and throttles count against: the TCP peer, unless the
 peer is one of the configured trusted proxies, in which case the right-most
 ``X-Forwarded-For`` entry that is not itself a trusted proxy (a client can
@@ -10,7 +10,7 @@ by trusted hops are believed).
 
 An ``authenticate`` hook is given the handshake and returns an identity
 (any value but ``None``) or refuses (``None``, or raises
-:class:`Unauthorized`): the client gets ``error unauthorized`` and close
+`Unauthorized`): the client gets ``error unauthorized`` and close
 4401. The identity is bound to the session it opens: a resume must come
 from an equal identity as well as carry the token.
 """
@@ -46,7 +46,7 @@ class Handshake:
     headers: Mapping[str, str] = field(repr=False)
     #: The TCP peer's address (a proxy's, behind one).
     peer: str
-    #: The client's address, through trusted proxies (see :func:`client_address`).
+    #: The client's address, through trusted proxies (see `client_address`).
     client: str
 
     def query_params(self) -> dict[str, list[str]]:

@@ -1,6 +1,6 @@
 """The gateway's protocol for one connection, without I/O: frames and ticks in, actions out.
 
-:class:`ConnectionCore` is the whole protocol of :mod:`supervisor.gateway._protocol`
+`ConnectionCore` is the whole protocol of `supervisor.gateway._protocol`
 as one connection sees it: the first frame (and its deadline), opening or
 resuming, confirming a resume, acks, inputs (rate, dedupe, in-flight and
 lifetime caps), errors and their close codes, keepalive and idle rules. It is
@@ -9,10 +9,10 @@ and answers with actions (send this frame, close with this code, call the
 registry, call the engine); it never awaits and reads no clock of its own.
 
 The shells (the trio server, the ASGI app) only move bytes and time in and
-out; :mod:`supervisor.gateway.conversation` carries the actions out against a
+out; `supervisor.gateway.conversation` carries the actions out against a
 registry, an engine and a transport. The protocol is written once, here.
 
-:class:`InputLedger` is a session's answered ids, kept for the session's
+`InputLedger` is a session's answered ids, kept for the session's
 whole life (across connections): it decides whether an input is new, a
 repeat, over the in-flight cap or past the lifetime bound.
 """
@@ -65,7 +65,7 @@ class TransportClosedError(Exception):
     """A shell's WebSocket is closed (by either side): no more messages either way."""
 
 
-#: What :meth:`InputLedger.decide` says about an input.
+#: What `InputLedger.decide` says about an input.
 InputVerdict = Literal["answer", "duplicate", "busy", "input_limit"]
 
 
@@ -134,7 +134,7 @@ class EndSession:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Ping:
-    """Ping the peer; report its pong with :meth:`ConnectionCore.pong`."""
+    """Ping the peer; report its pong with `ConnectionCore.pong`."""
 
 
 Action = (
@@ -253,7 +253,7 @@ class ConnectionCore:
     # -- what the shell feeds in ----------------------------------------------------
 
     def next_deadline(self) -> float | None:
-        """When :meth:`tick` has something to do next (``None``: nothing timed)."""
+        """When `tick` has something to do next (``None``: nothing timed)."""
         if self.phase is Phase.FIRST_FRAME:
             return self._deadline
         if self.phase is not Phase.OPEN or not self._keepalive:
@@ -322,7 +322,7 @@ class ConnectionCore:
         self._ping_at = now + self._config.ping_interval_s
 
     def input_verdict(self, client_event_id: str, verdict: InputVerdict) -> list[Action]:
-        """What the session's :class:`InputLedger` said about an input to answer."""
+        """What the session's `InputLedger` said about an input to answer."""
         if verdict == "answer":
             return []
         if verdict == "duplicate":

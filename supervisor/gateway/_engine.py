@@ -1,4 +1,4 @@
-"""The engine behind the gateway: the :class:`Engine` protocol and a demo engine.
+"""The engine behind the gateway: the `Engine` protocol and a demo engine.
 
 An engine is what streams events into sessions: a model, a tool runner, a
 game. The gateway owns everything else (sessions, tokens, replay, dedupe,
@@ -14,14 +14,14 @@ throttles); an engine implements three methods::
 task once per new input id (the gateway dedupes, caps inputs in flight and
 for the session's life). ``session.send(payload)`` journals an event and
 puts it on the client's wire if one is attached; it raises
-:class:`SessionEnded` once the session is over, which ends the calling task
+`SessionEnded` once the session is over, which ends the calling task
 quietly. A client that is slow or gone is the gateway's trouble, not the
 engine's: the event is journaled and replayed on resume.
 
 Engines run on the serving loop (trio, or asyncio under uvicorn): write them
 with ``anyio`` (or for the one loop you serve on).
 
-:class:`DemoEngine` streams ``response.output_text.delta`` events at a set
+`DemoEngine` streams ``response.output_text.delta`` events at a set
 rate and answers each input with a few deltas and a ``response.done``.
 """
 
@@ -65,7 +65,7 @@ class EngineSession:
         """Journal ``payload`` as the session's next event and deliver it if attached.
 
         A payload is a mapping of JSON values (the registry is strict). Raises
-        :class:`SessionEnded` once the session is over.
+        `SessionEnded` once the session is over.
         """
         await self._send(payload)
 
@@ -82,7 +82,7 @@ EngineFactory = Callable[[], Engine]
 
 
 def load_callable(spec: str, flag: str) -> Callable[..., object]:
-    """``"package.module:name"`` -> that callable; :class:`ValueError` naming ``flag``
+    """``"package.module:name"`` -> that callable; `ValueError` naming ``flag``
     and what is wrong."""
     module_name, sep, attribute = spec.partition(":")
     if not sep or not module_name or not attribute:
@@ -123,7 +123,7 @@ class EngineConfig:
 
 
 class DemoEngine:
-    """An :class:`Engine`: what a realtime engine does to a session, minus the model."""
+    """An `Engine`: what a realtime engine does to a session, minus the model."""
 
     def __init__(self, config: EngineConfig | None = None, *, seed: int | None = None) -> None:
         self.config = config or EngineConfig()

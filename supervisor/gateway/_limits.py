@@ -129,7 +129,7 @@ class _Line:
 class LogLimiter:
     """At most one log line per kind per ``interval_s``; the rest are counted and
     reported in one summary line (on the next line of that kind after the
-    interval, or by :meth:`flush`)."""
+    interval, or by `flush`)."""
 
     logger: logging.Logger
     interval_s: float

@@ -16,7 +16,7 @@ attachment_generation}`` or ``session.resumed {session_id, resume_token,
 attachment_generation, replayed}``, then events each carrying
 ``server_event_seq``, ``input.duplicate {client_event_id}`` for a retried
 input, and ``error {code, message}``; a fatal error is followed by a close
-with the code's own close code. The errors in :data:`NON_FATAL` leave the
+with the code's own close code. The errors in `NON_FATAL` leave the
 connection open; a refused input's error carries its ``client_event_id``, and
 the input was not answered (it may be sent again).
 """
@@ -152,7 +152,7 @@ def _encodable(text: str) -> bool:
 
 
 def parse_client_frame(message: str | bytes, *, max_text: int = 16_384) -> ClientFrame:
-    """One client frame, or :class:`ProtocolError` (``bad_request``) saying why."""
+    """One client frame, or `ProtocolError` (``bad_request``) saying why."""
     if isinstance(message, bytes):
         raise ProtocolError("bad_request", "binary frames are not part of the protocol")
     try:

@@ -1,7 +1,7 @@
 """The gateway's session registry: the door of the loop it runs on, with its options.
 
-``registry_options`` (a :class:`~supervisor.RegistryOptions`) is the
-registry's options when given: then :class:`~supervisor.gateway._config.GatewayConfig`'s
+``registry_options`` (a `RegistryOptions`) is the
+registry's options when given: then `GatewayConfig`'s
 ``replay_ttl_s``, ``replay_max_bytes_per_session``, ``disconnect_grace_s``
 and ``send_timeout_s`` (what ``serve``'s flags set) are not used. The
 gateway observes the registry itself: an ``observer`` in the options is

@@ -1,14 +1,14 @@
 """The trio shell: the gateway on its own WebSocket server (h11 + wsproto on trio).
 
 ``serve_gateway`` opens a trio session registry, runs an engine (the
-:class:`~supervisor.gateway._engine.DemoEngine` unless given one) and
-serves :mod:`supervisor.gateway._protocol` on one path (``/v1``), plus
+`DemoEngine` unless given one) and
+serves `supervisor.gateway._protocol` on one path (``/v1``), plus
 ``GET /healthz``, ``/readyz`` and ``/metrics``. The protocol itself is
-:mod:`supervisor.gateway._core`, run by :class:`~supervisor.gateway._service.GatewayService`;
+`supervisor.gateway._core`, run by `GatewayService`;
 this module only accepts connections and moves their bytes.
 
 Every step of a connection, from its first byte to its last close, runs in
-that connection's own task under one error boundary (:meth:`Gateway.connection`):
+that connection's own task under one error boundary (`Gateway.connection`):
 nothing a peer does ends the server or another connection. Every wait on a
 peer is bounded: the upgrade and first frame by ``handshake_timeout_s``, a
 close by ``close_timeout_s`` (then TCP is aborted), a send by
@@ -57,7 +57,7 @@ INTERNAL_ERROR = 1011
 
 
 class Gateway:
-    """The trio server around one :class:`GatewayService`; see :func:`serve_gateway`."""
+    """The trio server around one `GatewayService`; see `serve_gateway`."""
 
     def __init__(self, config: GatewayConfig, service: GatewayService) -> None:
         self.config = config
@@ -252,16 +252,16 @@ async def serve_gateway(
     on_started: Callable[[GatewayService], None] | None = None,
     task_status: trio.TaskStatus[Gateway] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve until cancelled; ``nursery.start`` gets the :class:`Gateway` (its ``url``).
+    """Serve until cancelled; ``nursery.start`` gets the `Gateway` (its ``url``).
 
-    ``engine``: your :class:`~supervisor.gateway._engine.Engine` (default: a
-    :class:`~supervisor.gateway._engine.DemoEngine` with ``engine_config``).
-    ``authenticate``: a hook given each handshake (see :mod:`supervisor.gateway._auth`).
-    ``faults``: a :class:`~supervisor._faults.FaultPlan` for the registry, to
+    ``engine``: your `Engine` (default: a
+    `DemoEngine` with ``engine_config``).
+    ``authenticate``: a hook given each handshake (see `supervisor.gateway._auth`).
+    ``faults``: a `FaultPlan` for the registry, to
     test what clients see when sessions or the supervisor fail.
-    ``registry_options``: the registry's :class:`~supervisor.RegistryOptions`
+    ``registry_options``: the registry's `RegistryOptions`
     (then ``config``'s replay TTL and bytes, disconnect grace and send
-    timeout are not used; see :mod:`supervisor.gateway._registry`).
+    timeout are not used; see `supervisor.gateway._registry`).
     Cancelled, it first closes every connection with 1001 (going away).
     """
     the_engine: Engine = engine if engine is not None else DemoEngine(engine_config)

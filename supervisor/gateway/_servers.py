@@ -2,14 +2,14 @@
 
 ``trio``
     The gateway's own WebSocket server (h11 + wsproto on trio,
-    :mod:`supervisor.gateway._server`), the trio door. ``trio-websocket`` is
+    `supervisor.gateway._server`), the trio door. ``trio-websocket`` is
     accepted as an old name for it: the project's first server was built on
     the trio-websocket library, which this one replaced (issue 10).
 ``asgi-uvicorn``
-    :class:`~supervisor.gateway.asgi.GatewayApp` under uvicorn (asyncio, the
+    `GatewayApp` under uvicorn (asyncio, the
     asyncio door; uvicorn's ``websockets`` protocol implementation).
 ``asgi-hypercorn``
-    :class:`~supervisor.gateway.asgi.GatewayApp` under Hypercorn's trio worker
+    `GatewayApp` under Hypercorn's trio worker
     (the trio door).
 
 Each drains alike: SIGINT or SIGTERM logs one line, closes every client with
@@ -87,7 +87,7 @@ _NEEDS = {"asgi-uvicorn": "uvicorn", "asgi-hypercorn": "hypercorn"}
 
 
 def run_server(server: str, options: ServeOptions) -> int:
-    """Serve with ``server`` (a name of :data:`SERVERS` or an alias); the exit status."""
+    """Serve with ``server`` (a name of `SERVERS` or an alias); the exit status."""
     name = SERVER_ALIASES.get(server, server)
     ssl_context(options.config)  # every server: a bad certificate or key named up front
     if name in _NEEDS:

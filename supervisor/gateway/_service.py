@@ -1,10 +1,10 @@
 """The gateway behind every shell: one registry, one engine, the protocol core run
 against a transport.
 
-:class:`GatewayService` is what the trio server (:mod:`supervisor.gateway._server`)
-and the ASGI app (:mod:`supervisor.gateway.asgi`) share. A shell accepts a
-WebSocket, wraps it as a :class:`Transport` and calls :meth:`GatewayService.converse`,
-which feeds a :class:`~supervisor.gateway._core.ConnectionCore` the client's
+`GatewayService` is what the trio server (`supervisor.gateway._server`)
+and the ASGI app (`supervisor.gateway.asgi`) share. A shell accepts a
+WebSocket, wraps it as a `Transport` and calls `GatewayService.converse`,
+which feeds a `ConnectionCore` the client's
 messages and the clock, and carries its actions out (the registry, the
 engine, the socket). It runs on anyio, so on trio or asyncio alike; the
 registry must be the door of the loop it runs on.
@@ -63,11 +63,11 @@ class Transport(Protocol):
     """One accepted WebSocket, as a shell provides it."""
 
     async def receive(self) -> str | bytes:
-        """The next whole message; :class:`TransportClosedError` once closed."""
+        """The next whole message; `TransportClosedError` once closed."""
         ...
 
     async def send(self, text: str) -> None:
-        """One text message; :class:`TransportClosedError` if closed."""
+        """One text message; `TransportClosedError` if closed."""
         ...
 
     async def close(self, code: int, reason: str | None) -> None:

@@ -1,7 +1,7 @@
 """The engine's work per session, run by the gateway on the serving loop (anyio).
 
 Per session: one task running ``engine.start``, answer tasks for new inputs
-(counted in flight by the session's :class:`~supervisor.gateway._core.InputLedger`),
+(counted in flight by the session's `InputLedger`),
 all in one cancel scope that the session's end cancels. Only what the seed
 treats as the session's end stops this work (closed, expired, failed, an
 overflowed journal, the registry gone): a send that fails or times out is the

@@ -9,9 +9,9 @@ sent along with it was never seen). Here the upgrade is read with h11, whose
 ``trailing_data`` hands those bytes to the frame parser, and every wait on the
 peer is bounded by its caller.
 
-:func:`read_upgrade` reads and checks the HTTP request; :func:`reject` answers
-it with an HTTP status; :func:`accept` answers 101 and returns a
-:class:`ServerWebSocket`, whose :meth:`~ServerWebSocket.run_reader` must run
+`read_upgrade` reads and checks the HTTP request; `reject` answers
+it with an HTTP status; `accept` answers 101 and returns a
+`ServerWebSocket`, whose `run_reader` must run
 in a task of the connection's own nursery.
 """
 
@@ -98,8 +98,8 @@ Route = Callable[[str], "tuple[int, str, bytes] | None"]
 
 
 async def read_upgrade(stream: trio.abc.Stream, routes: Route | None = None) -> Upgrade:
-    """Read one HTTP request; answer and raise :class:`UpgradeRefusedError` if it is
-    no WebSocket upgrade, :class:`WebSocketClosedError` if the peer leaves first.
+    """Read one HTTP request; answer and raise `UpgradeRefusedError` if it is
+    no WebSocket upgrade, `WebSocketClosedError` if the peer leaves first.
     The caller bounds the time (a TLS handshake happens inside, on first read).
     """
     http = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_BYTES)

@@ -1,6 +1,6 @@
 """A minimal WebSocket client on wsproto, for chaos: it can cut its TCP cleanly.
 
-A real network drop sends no close frame; neither does :meth:`WireClient.cut`,
+A real network drop sends no close frame; neither does `WireClient.cut`,
 which just closes the socket. Ping frames are answered (unless told not to,
 to play a half-open peer), text frames decoded as JSON objects.
 """
@@ -49,7 +49,7 @@ class WireRejectedError(WireClosedError):
 
 
 class WireClient:
-    """One connection. Use :meth:`connect`; then send/receive; then close or cut."""
+    """One connection. Use `connect`; then send/receive; then close or cut."""
 
     def __init__(self, stream: trio.abc.Stream, ws: WSConnection, *, answer_pings: bool) -> None:
         self._stream = stream
@@ -112,7 +112,7 @@ class WireClient:
         await self._stream.send_all(self._ws.send(BytesMessage(data=data)))
 
     async def receive_json(self) -> dict[str, object]:
-        """The next JSON object from the server; :class:`WireClosedError` at the end."""
+        """The next JSON object from the server; `WireClosedError` at the end."""
         while not self._inbox:
             if self.closed is not None:
                 raise self.closed

@@ -1,8 +1,8 @@
 """The ASGI shell: the gateway as an ASGI application (uvicorn, Hypercorn, FastAPI, Starlette).
 
-:class:`GatewayApp` speaks the same ``/v1`` protocol as the trio server (the
-protocol is :mod:`supervisor.gateway._core`, run by
-:class:`~supervisor.gateway._service.GatewayService`) and answers
+`GatewayApp` speaks the same ``/v1`` protocol as the trio server (the
+protocol is `supervisor.gateway._core`, run by
+`GatewayService`) and answers
 ``GET /healthz``, ``/readyz`` and ``/metrics``. Paths are relative to where
 it is mounted. Its registry is the door of the loop it runs on: the asyncio
 door under uvicorn (or any asyncio server), the trio door under Hypercorn's
@@ -111,11 +111,11 @@ class _AsgiWebSocket:
 class GatewayApp:
     """An ASGI application serving the gateway; see the module docstring.
 
-    ``engine``: your :class:`~supervisor.gateway._engine.Engine` (default: a
-    :class:`~supervisor.gateway._engine.DemoEngine`). ``authenticate``: a hook
-    given each handshake (:mod:`supervisor.gateway._auth`). ``registry_options``:
-    the registry's :class:`~supervisor.RegistryOptions` (see
-    :mod:`supervisor.gateway._registry`).
+    ``engine``: your `Engine` (default: a
+    `DemoEngine`). ``authenticate``: a hook
+    given each handshake (`supervisor.gateway._auth`). ``registry_options``:
+    the registry's `RegistryOptions` (see
+    `supervisor.gateway._registry`).
     """
 
     def __init__(
