@@ -53,6 +53,7 @@ from supervisor.gateway._engine import EngineSession, SessionEnded
 from supervisor.gateway._limits import LogLimiter
 from supervisor.gateway._listener import accept_forever
 from supervisor.gateway._server import Gateway, serve_gateway
+from supervisor.gateway._servers import hypercorn_settings, uvicorn_config
 from supervisor.gateway._service import GatewayService, Transport
 from supervisor.gateway.asgi import GatewayApp
 
@@ -240,25 +241,11 @@ def _url(config: GatewayConfig, port: int) -> str:
 def _serve_uvicorn(config: GatewayConfig, mode: str, rate_hz: float) -> None:
     import uvicorn  # noqa: PLC0415 - only this shell needs it
 
-    # The settings of ``serve --server asgi-uvicorn`` (supervisor/gateway/servers.py).
+    # The settings of ``serve --server asgi-uvicorn``, one place for both.
     sock = socket.socket(socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((config.host, 0))
-    server = uvicorn.Server(
-        uvicorn.Config(
-            _app(config, mode, rate_hz),
-            lifespan="on",
-            log_config=None,
-            access_log=False,
-            proxy_headers=False,
-            server_header=False,
-            ws="websockets-sansio",
-            ws_ping_interval=config.ping_interval_s,
-            ws_ping_timeout=config.idle_timeout_s,
-            ws_max_size=config.max_frame_bytes * 4,
-            backlog=4096,
-        )
-    )
+    server = uvicorn.Server(uvicorn_config(_app(config, mode, rate_hz), config, backlog=4096))
 
     async def main() -> None:
         async def announce() -> None:
@@ -274,17 +261,11 @@ def _serve_uvicorn(config: GatewayConfig, mode: str, rate_hz: float) -> None:
 
 
 async def _serve_hypercorn(config: GatewayConfig, mode: str, rate_hz: float) -> None:
-    from hypercorn.config import Config  # noqa: PLC0415 - only this shell needs it
-    from hypercorn.trio import serve  # noqa: PLC0415
+    from hypercorn.trio import serve  # noqa: PLC0415 - only this shell needs it
 
-    # The settings of ``serve --server asgi-hypercorn`` (supervisor/gateway/servers.py).
-    settings = Config()
+    # The settings of ``serve --server asgi-hypercorn``, one place for both.
+    settings = hypercorn_settings(config)
     settings.bind = [f"{config.host}:0"]
-    settings.accesslog = None
-    settings.errorlog = logging.getLogger("hypercorn.error")
-    settings.websocket_ping_interval = config.ping_interval_s
-    settings.websocket_max_message_size = config.max_frame_bytes * 4
-    settings.include_server_header = False
     settings.backlog = 4096
     app: Any = _app(config, mode, rate_hz)
     async with trio.open_nursery() as nursery:

@@ -28,6 +28,7 @@ import socket
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from types import FrameType
+from typing import Any
 
 import trio
 
@@ -156,6 +157,41 @@ def log_stats(service: object) -> None:
     )
 
 
+# -- the ASGI servers' settings (the gateway benchmark measures these too) -----------------
+
+
+def uvicorn_config(app: object, config: GatewayConfig, **extra: Any) -> Any:
+    """The ``uvicorn.Config`` that ``serve --server asgi-uvicorn`` runs ``app`` with."""
+    import uvicorn  # noqa: PLC0415 - only this server needs it
+
+    return uvicorn.Config(
+        app,  # type: ignore[arg-type]
+        lifespan="on",
+        log_config=None,
+        access_log=False,
+        proxy_headers=False,
+        server_header=False,
+        ws="websockets-sansio",
+        ws_ping_interval=config.ping_interval_s,
+        ws_ping_timeout=config.idle_timeout_s,
+        ws_max_size=config.max_frame_bytes * 4,
+        **extra,
+    )
+
+
+def hypercorn_settings(config: GatewayConfig) -> Any:
+    """The Hypercorn ``Config`` of ``serve --server asgi-hypercorn``, without its bind."""
+    from hypercorn.config import Config  # noqa: PLC0415 - only this server needs it
+
+    settings = Config()
+    settings.accesslog = None
+    settings.errorlog = logging.getLogger("hypercorn.error")
+    settings.websocket_ping_interval = config.ping_interval_s
+    settings.websocket_max_message_size = config.max_frame_bytes * 4
+    settings.include_server_header = False
+    return settings
+
+
 # -- uvicorn -----------------------------------------------------------------------------
 
 
@@ -204,17 +240,9 @@ def _serve_uvicorn(options: ServeOptions) -> int:
         raise _bind_error(config, exc) from None
     port = sock.getsockname()[1]
     server = Server(
-        uvicorn.Config(
+        uvicorn_config(
             app,
-            lifespan="on",
-            log_config=None,
-            access_log=False,
-            proxy_headers=False,
-            server_header=False,
-            ws="websockets-sansio",
-            ws_ping_interval=config.ping_interval_s,
-            ws_ping_timeout=config.idle_timeout_s,
-            ws_max_size=config.max_frame_bytes * 4,
+            config,
             ssl_certfile=config.tls_cert,
             ssl_keyfile=config.tls_key,
             timeout_graceful_shutdown=int(config.close_timeout_s) + 1,
@@ -248,8 +276,7 @@ def _serve_uvicorn(options: ServeOptions) -> int:
 
 
 async def _serve_hypercorn(options: ServeOptions) -> int:
-    from hypercorn.config import Config  # noqa: PLC0415 - only this server needs it
-    from hypercorn.trio import serve  # noqa: PLC0415
+    from hypercorn.trio import serve  # noqa: PLC0415 - only this server needs it
 
     config = options.config
     app = GatewayApp(
@@ -258,16 +285,11 @@ async def _serve_hypercorn(options: ServeOptions) -> int:
         authenticate=options.authenticate,
         registry_options=options.registry_options,
     )
-    settings = Config()
+    settings = hypercorn_settings(config)
     settings.bind = [
         f"[{config.host}]:{config.port}" if ":" in config.host else f"{config.host}:{config.port}"
     ]
-    settings.accesslog = None
-    settings.errorlog = logging.getLogger("hypercorn.error")
-    settings.websocket_ping_interval = config.ping_interval_s
-    settings.websocket_max_message_size = config.max_frame_bytes * 4
     settings.graceful_timeout = config.close_timeout_s + 1
-    settings.include_server_header = False
     if config.tls_cert is not None:
         settings.certfile, settings.keyfile = config.tls_cert, config.tls_key
     received: list[int] = []
