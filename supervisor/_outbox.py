@@ -18,17 +18,18 @@ import asyncio
 import logging
 import math
 import threading
-import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
+import outcome
 import trio
 
 from actors._errors import ActivationAbortedError, SendTimeoutError
 from actors._messages import Activate, CloseCallable, Deliver, LifecycleEvent, SendCallable
 from actors._ports import Delivery, delivery_frames, settle_delivered, settle_dropped, settle_failed
 from supervisor._faults import FaultPlan
+from supervisor._send_watchdog import SendWatchdog
 
 __all__ = ["AsyncioOutbox", "BlockingTrioOutbox", "CoalescingPort", "OutboxCore", "TrioOutbox"]
 
@@ -169,16 +170,25 @@ class OutboxCore:
     async def run(self) -> None:
         """The pump: send, in order, until retired."""
         try:
-            while True:
-                while self._pending and self._retired is None:
-                    await self._deliver(self._pending[0])
-                if self._retired is not None:
-                    if self._close_reason is not None:
-                        await self._close_now(self._close_reason)
-                    return
-                await self._park()
+            await self._pump()
         finally:
             self.finished = True
+
+    async def _pump(self) -> None:
+        """Send, in order, until retired, or until `_interrupted` (then the
+        loop's own ``run`` calls this again, the delivery already settled)."""
+        while True:
+            while self._pending and self._retired is None:
+                await self._deliver(self._pending[0])
+                if self._interrupted():
+                    return
+            if self._retired is not None:
+                # Taken, so a pump run again after an interruption closes once.
+                reason, self._close_reason = self._close_reason, None
+                if reason is not None:
+                    await self._close_now(reason)
+                return
+            await self._park()
 
     async def _deliver(self, delivery: Delivery) -> None:
         effect = delivery.effect
@@ -259,6 +269,11 @@ class OutboxCore:
 
     # -- what a loop supplies ---------------------------------------------------------
 
+    def _interrupted(self) -> bool:
+        """Whether the pump must leave `_pump` to be run again (trio: its
+        cancel scope was used to cut a send)."""
+        return False
+
     async def _park(self) -> None:
         raise NotImplementedError
 
@@ -285,40 +300,90 @@ class OutboxCore:
 
 
 class TrioOutbox(OutboxCore):
-    """The outbox on a trio loop; its pump runs in the registry's nursery."""
+    """The outbox on a trio loop; its pump runs in the registry's nursery.
 
-    def __init__(self, **kwargs: Any) -> None:
+    The pump runs inside one cancel scope until a send is cut (by the
+    registry's `SendWatchdog` when it ran ``send_timeout_s``, or by an
+    aborted activation); only then is a new scope opened. A send only stamps
+    when it began: a scope and a deadline per send were a measured cost of
+    every awaited send, and a deadline per frame of every replayed frame.
+    """
+
+    def __init__(self, *, watchdog: SendWatchdog | None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._lot = trio.lowlevel.ParkingLot()
-        self._scope: trio.CancelScope | None = None
+        if watchdog is None and self._timeout != math.inf:
+            raise ValueError("a trio outbox with a send timeout needs a SendWatchdog")
+        self._watchdog = watchdog if self._timeout != math.inf else None
+        self._clock = trio.lowlevel.current_clock()
+        self._pump_scope: trio.CancelScope | None = None
+        # The pump's task while it waits for deliveries.
+        self._parked: trio.lowlevel.Task | None = None
+        #: When the send in progress began (trio's clock): the watchdog reads it.
+        self.send_began = 0.0
+
+    async def run(self) -> None:
+        try:
+            while True:
+                with trio.CancelScope() as scope:
+                    self._pump_scope = scope
+                    await self._pump()
+                if not scope.cancel_called:
+                    return
+        finally:
+            self._pump_scope = None
+            self.finished = True
+
+    def _interrupted(self) -> bool:
+        scope = self._pump_scope
+        return scope is not None and scope.cancel_called
+
+    def cut(self) -> None:
+        """The watchdog's verdict: the send in progress ran out of time."""
+        if self._pump_scope is not None:
+            self._pump_scope.cancel()
 
     async def _park(self) -> None:
-        await self._lot.park()
+        self._parked = trio.lowlevel.current_task()
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            self._parked = None
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
 
     def _wake(self) -> None:
-        self._lot.unpark_all()
+        task, self._parked = self._parked, None
+        if task is not None:
+            trio.lowlevel.reschedule(task, outcome.Value(None))
 
     async def _within_timeout(self, call: Callable[[], Awaitable[None]]) -> bool:
-        with trio.CancelScope(deadline=trio.current_time() + self._timeout) as scope:
-            self._scope = scope
+        scope = self._pump_scope
+        watchdog = self._watchdog
+        if watchdog is not None:
+            self.send_began = self._clock.current_time()
+            watchdog.watch(self)
+        try:
             await call()
-        self._scope = None
-        if scope.cancelled_caught:
+        except trio.Cancelled:
+            if scope is None or not scope.cancel_called:
+                raise  # not cut here: the pump itself is being cancelled
             if self._aborted and self._activating:
-                raise ActivationAbortedError("the resume's caller was cancelled")
+                raise ActivationAbortedError("the resume's caller was cancelled") from None
             return False
+        finally:
+            if watchdog is not None:
+                watchdog.unwatch(self)
         return True
 
     def _restart_timer(self) -> None:
-        if self._scope is not None and self._timeout != math.inf:
-            self._scope.deadline = trio.current_time() + self._timeout
+        if self._watchdog is not None:
+            self.send_began = self._clock.current_time()
 
     async def _sleep(self, seconds: float) -> None:
         await trio.sleep(seconds)
 
     def _cancel_current_send(self) -> None:
-        if self._scope is not None:
-            self._scope.cancel()
+        self.cut()
 
     def _propagates(self, exc: BaseException) -> bool:
         # A trio.Cancelled from the send is a failed send; if the pump itself
@@ -333,8 +398,8 @@ class BlockingTrioOutbox(TrioOutbox):
     threads. A delivery's frames go out in one worker-thread hop (a hop per
     frame cost the thread door five sixths of its throughput); the send
     timeout still bounds each frame: the worker stamps when each frame's
-    send began, and a watchdog cuts the delivery once one frame ran
-    ``send_timeout_s`` (the worker thread is abandoned, still blocked).
+    send began, and the registry's watchdog cuts the delivery once one frame
+    ran ``send_timeout_s`` (the worker thread is abandoned, still blocked).
     With a fault plan, frames go one hop each, so faults hit the nth send.
     """
 
@@ -355,8 +420,6 @@ class BlockingTrioOutbox(TrioOutbox):
         super().__init__(send=send_in_thread, close=close_in_thread, **kwargs)
         self._blocking_send = blocking_send
         self._limiter = limiter
-        # When the send in progress began (time.monotonic(), any thread).
-        self._send_began = 0.0
 
     async def _send_frames(self, effect: Deliver | Activate) -> None:
         if self._faults is not None:
@@ -365,50 +428,16 @@ class BlockingTrioOutbox(TrioOutbox):
         frames = list(delivery_frames(effect))
         self._sends += len(frames)
         send = self._blocking_send
+        # trio's clock (perf_counter based) may be read from any thread.
+        now = self._clock.current_time if self._watchdog is not None else None
 
         def send_all() -> None:
             for frame in frames:
-                self._send_began = time.monotonic()
+                if now is not None:
+                    self.send_began = now()
                 send(frame)
 
         await trio.to_thread.run_sync(send_all, abandon_on_cancel=True, limiter=self._limiter)
-
-    def _restart_timer(self) -> None:
-        self._send_began = time.monotonic()
-
-    async def _within_timeout(self, call: Callable[[], Awaitable[None]]) -> bool:
-        if self._timeout == math.inf:
-            return await super()._within_timeout(call)
-        self._send_began = time.monotonic()
-        timed_out = False
-        failure: BaseException | None = None
-        with trio.CancelScope() as scope:
-            self._scope = scope
-
-            async def watchdog() -> None:
-                nonlocal timed_out
-                while (left := self._send_began + self._timeout - time.monotonic()) > 0:
-                    await trio.sleep(left)
-                timed_out = True
-                scope.cancel()
-
-            try:
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(watchdog)
-                    await call()
-                    nursery.cancel_scope.cancel()
-            except BaseExceptionGroup as group:
-                if len(group.exceptions) != 1 or isinstance(group.exceptions[0], trio.Cancelled):
-                    raise  # a cancellation is the scope's to catch
-                # The send's own error, not a group the nursery made of it.
-                failure = group.exceptions[0]
-        self._scope = None
-        if failure is not None:
-            raise failure
-        if scope.cancelled_caught and not timed_out:
-            # Only an abort cancels this scope otherwise.
-            raise ActivationAbortedError("the resume's caller was cancelled")
-        return not timed_out
 
 
 class AsyncioOutbox(OutboxCore):

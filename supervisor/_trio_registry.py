@@ -26,6 +26,7 @@ from actors._ports import NO_WAITER
 from supervisor._async_door import AsyncSessionRegistry, LoopReply
 from supervisor._options import RegistryOptions
 from supervisor._outbox import CoalescingPort, OutboxCore, TrioOutbox
+from supervisor._send_watchdog import SendWatchdog
 
 __all__ = ["TrioSessionRegistry", "open_session_registry", "serve_registry"]
 
@@ -69,6 +70,11 @@ class TrioSessionRegistry(AsyncSessionRegistry):
         port = CoalescingPort(trio.lowlevel.current_trio_token().run_sync_soon)
         super().__init__(options=options, port=port)
         self._nursery = nursery
+        timeout = options.send_timeout_s
+        # One task bounds every send of the registry (no deadline per send).
+        self._watchdog = SendWatchdog(timeout) if timeout is not None else None
+        if self._watchdog is not None:
+            nursery.start_soon(self._watchdog.run, name="duplex-send-watchdog")
 
     def _new_reply(self, on_settled: Callable[[], None] | None = None) -> LoopReply:
         return TrioReply(self._port, on_settled)
@@ -87,6 +93,7 @@ class TrioSessionRegistry(AsyncSessionRegistry):
             notify=self._system.notify,
             send_timeout_s=self._send_timeout_s,
             faults=self._system.transport_faults,
+            watchdog=self._watchdog,
         )
         self._keep(outbox)
         self._nursery.start_soon(outbox.run, name=f"duplex-outbox:{session_id}")
