@@ -247,6 +247,16 @@ class OutboxCore:
         # one _within_timeout just started (a deadline set twice per frame
         # was a measured cost of every awaited send).
         faults = self._faults
+        if faults is None:
+            # Per frame only what a replay must pay (sends are numbered
+            # only for a fault plan).
+            send, restart, started = self._send, self._restart_timer, False
+            for frame in delivery_frames(effect):
+                if started:
+                    restart()
+                started = True
+                await send(frame)
+            return
         for index, frame in enumerate(delivery_frames(effect)):
             self._sends += 1
             if index:
@@ -315,6 +325,7 @@ class TrioOutbox(OutboxCore):
             raise ValueError("a trio outbox with a send timeout needs a SendWatchdog")
         self._watchdog = watchdog if self._timeout != math.inf else None
         self._clock = trio.lowlevel.current_clock()
+        self._now = self._clock.current_time
         self._pump_scope: trio.CancelScope | None = None
         # The pump's task while it waits for deliveries.
         self._parked: trio.lowlevel.Task | None = None
@@ -360,7 +371,7 @@ class TrioOutbox(OutboxCore):
         scope = self._pump_scope
         watchdog = self._watchdog
         if watchdog is not None:
-            self.send_began = self._clock.current_time()
+            self.send_began = self._now()
             watchdog.watch(self)
         try:
             await call()
@@ -377,7 +388,7 @@ class TrioOutbox(OutboxCore):
 
     def _restart_timer(self) -> None:
         if self._watchdog is not None:
-            self.send_began = self._clock.current_time()
+            self.send_began = self._now()
 
     async def _sleep(self, seconds: float) -> None:
         await trio.sleep(seconds)
@@ -429,7 +440,7 @@ class BlockingTrioOutbox(TrioOutbox):
         self._sends += len(frames)
         send = self._blocking_send
         # trio's clock (perf_counter based) may be read from any thread.
-        now = self._clock.current_time if self._watchdog is not None else None
+        now = self._now if self._watchdog is not None else None
 
         def send_all() -> None:
             for frame in frames:

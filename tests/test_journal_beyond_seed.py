@@ -8,6 +8,8 @@ import math
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from actors import _journal as journal_module
 from actors._errors import (
@@ -299,3 +301,54 @@ def test_the_seed_constructor_keeps_what_it_is_given() -> None:
     assert entry != JournalEntry(1, 0.0, 3, {"a": 2})
     with pytest.raises(TypeError):
         JournalEntry(1, 0.0, 3)
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("strict", [True, False])
+def test_a_payload_that_contains_itself_is_refused_not_looped_over(strict: bool) -> None:
+    # json.dumps refuses a cycle (the seed's ValueError); the exactness check
+    # that runs before it once walked such a payload forever, hanging the
+    # session's thread. A container shared twice is not a cycle: it records.
+    looped: dict[str, object] = {"type": "x"}
+    looped["self"] = [looped]
+    journal = make_journal(strict=strict)
+    with pytest.raises(InvalidPayloadError):
+        journal.record(looped)
+    shared = [1, 2]
+    entry = journal.record({"a": shared, "b": {"c": shared}})
+    assert dict(entry.payload) == {"a": [1, 2], "b": {"c": [1, 2]}, "server_event_seq": 1}
+
+
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(payload=st.dictionaries(st.text(max_size=8), _JSON_VALUES, max_size=6))
+def test_the_journal_writes_and_reads_exactly_what_json_would(payload: dict[str, Any]) -> None:
+    # The journal encodes with json's C encoder directly and decodes with its
+    # scanner: the bytes it counts must be json.dumps's, byte for byte.
+    for allow_nan in (True, False):
+        try:
+            expected = json.dumps(
+                payload, separators=(",", ":"), ensure_ascii=False, allow_nan=allow_nan
+            ).encode("utf-8")
+        except ValueError:
+            with pytest.raises(ValueError):
+                journal_module._dumps(payload, allow_nan=allow_nan, tree=True)
+            continue
+        assert journal_module._dumps(payload, allow_nan=allow_nan, tree=True) == expected
+        assert json.dumps(journal_module._loads(expected)) == json.dumps(json.loads(expected))
+
+
+def test_decoding_bytes_the_journal_did_not_write_is_json_loads() -> None:
+    assert journal_module._loads(b' {"a": 1} ') == {"a": 1}
+    with pytest.raises(json.JSONDecodeError):
+        journal_module._loads(b'{"a":1}x')
+    with pytest.raises(json.JSONDecodeError):
+        journal_module._loads(b"")
