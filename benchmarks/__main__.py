@@ -22,7 +22,7 @@ import trio
 from benchmarks.common import FULL, QUICK, Result, Size
 from benchmarks.gateway import gateway
 from benchmarks.hot_path import send_latency, throughput
-from benchmarks.isolation import engine_threads, slow_client
+from benchmarks.isolation import engine_threads, slow_client, thread_send_latency
 from benchmarks.lifecycle import (
     many_sessions,
     many_sessions_parked,
@@ -35,6 +35,7 @@ SCENARIOS: dict[str, Callable[[Size], Awaitable[list[Result]]]] = {
     "throughput": throughput,
     "slow_client": slow_client,
     "engine_threads": engine_threads,
+    "thread_send_latency": thread_send_latency,
     "resume_replay": resume_replay,
     "many_sessions": many_sessions,
     "many_sessions_parked": many_sessions_parked,

@@ -1,4 +1,5 @@
-"""Scenarios 3 and 4: a slow client beside healthy ones; engine threads pushing events."""
+"""Scenarios 3 and 4: a slow client beside healthy ones; engine threads pushing events
+(and 4b: one engine thread's blocking ``send_event`` latency)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from benchmarks.common import BIG, Result, Size, noop_close, noop_send, pct, reg
 from benchmarks.references import LockRegistry
 from supervisor._threads import ThreadSessionRegistry
 
-__all__ = ["engine_threads", "slow_client"]
+__all__ = ["engine_threads", "slow_client", "thread_send_latency"]
 
 HEALTHY = 100
 SLOW_SEND_S = 0.05
@@ -170,5 +171,54 @@ async def engine_threads(size: Size) -> list[Result]:
             ours / reference,
             ">= 1.0",
             {"threads": float(threads)},
+        )
+    ]
+
+
+def _ours_blocking_latencies(calls: int) -> list[float]:
+    latencies = []
+    with ThreadSessionRegistry(
+        replay_ttl_s=600, replay_max_bytes_per_session=BIG, sweep_interval_s=None
+    ) as door:
+        door.create("t", send=lambda frame: None, close=lambda reason: None)
+        for i in range(calls):
+            start = time.perf_counter()
+            door.send_event("t", {"i": i})
+            latencies.append(time.perf_counter() - start)
+            if i % 1000 == 999:
+                door.acknowledge("t", i + 1)
+    return latencies
+
+
+async def thread_send_latency(size: Size) -> list[Result]:
+    """A plain thread's blocking ``send_event`` (a blocking transport), against
+    the lock baseline reached from a thread as the lock design must
+    (``trio.from_thread.run``, its send on the loop)."""
+    calls = size.latency_calls // 4
+    ours = await trio.to_thread.run_sync(_ours_blocking_latencies, calls)
+    base = LockRegistry(replay_ttl_s=600, replay_max_bytes_per_session=BIG)
+    await base.create("t", send=noop_send)
+    token = trio.lowlevel.current_trio_token()
+
+    def push() -> list[float]:
+        latencies = []
+        for i in range(calls):
+            start = time.perf_counter()
+            trio.from_thread.run(base.send_event, "t", {"i": i}, trio_token=token)
+            latencies.append(time.perf_counter() - start)
+        return latencies
+
+    reference = await trio.to_thread.run_sync(push)
+    p50, ref50 = pct(ours, 0.5) * 1e6, pct(reference, 0.5) * 1e6
+    return [
+        Result(
+            "thread_send_latency",
+            "us p50",
+            p50,
+            ref50,
+            "lock baseline via from_thread",
+            ref50 / p50,
+            "",
+            {"p99_us": pct(ours, 0.99) * 1e6, "baseline_p99_us": pct(reference, 0.99) * 1e6},
         )
     ]
