@@ -22,14 +22,13 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
-import outcome
 import trio
 
 from actors._errors import ActivationAbortedError, SendTimeoutError
 from actors._messages import Activate, CloseCallable, Deliver, LifecycleEvent, SendCallable
 from actors._ports import Delivery, delivery_frames, settle_delivered, settle_dropped, settle_failed
 from supervisor._faults import FaultPlan
-from supervisor._send_watchdog import SendWatchdog
+from supervisor._send_watchdog import ParkedTask, SendWatchdog
 
 __all__ = ["AsyncioOutbox", "BlockingTrioOutbox", "CoalescingPort", "OutboxCore", "TrioOutbox"]
 
@@ -327,8 +326,8 @@ class TrioOutbox(OutboxCore):
         self._clock = trio.lowlevel.current_clock()
         self._now = self._clock.current_time
         self._pump_scope: trio.CancelScope | None = None
-        # The pump's task while it waits for deliveries.
-        self._parked: trio.lowlevel.Task | None = None
+        # Where the pump waits for deliveries.
+        self._parked = ParkedTask()
         #: When the send in progress began (trio's clock): the watchdog reads it.
         self.send_began = 0.0
 
@@ -354,18 +353,10 @@ class TrioOutbox(OutboxCore):
             self._pump_scope.cancel()
 
     async def _park(self) -> None:
-        self._parked = trio.lowlevel.current_task()
-
-        def abort(_: object) -> trio.lowlevel.Abort:
-            self._parked = None
-            return trio.lowlevel.Abort.SUCCEEDED
-
-        await trio.lowlevel.wait_task_rescheduled(abort)
+        await self._parked.park()
 
     def _wake(self) -> None:
-        task, self._parked = self._parked, None
-        if task is not None:
-            trio.lowlevel.reschedule(task, outcome.Value(None))
+        self._parked.wake()
 
     async def _within_timeout(self, call: Callable[[], Awaitable[None]]) -> bool:
         scope = self._pump_scope

@@ -20,7 +20,34 @@ from typing import Protocol
 import outcome
 import trio
 
-__all__ = ["SendWatchdog", "TimedSend"]
+__all__ = ["ParkedTask", "SendWatchdog", "TimedSend"]
+
+
+class ParkedTask:
+    """One trio task waiting, without a deadline, until another wakes it.
+
+    A ``ParkingLot`` does the same for many tasks; one slot costs a pump or
+    the watchdog less per wake-up. Waking a slot nobody waits in does nothing.
+    """
+
+    __slots__ = ("_task",)
+
+    def __init__(self) -> None:
+        self._task: trio.lowlevel.Task | None = None
+
+    async def park(self) -> None:
+        self._task = trio.lowlevel.current_task()
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            self._task = None
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
+
+    def wake(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            trio.lowlevel.reschedule(task, outcome.Value(None))
 
 
 class TimedSend(Protocol):
@@ -43,16 +70,14 @@ class SendWatchdog:
         self._sending: dict[TimedSend, None] = {}
         # Whether a send began since the watchdog last looked.
         self._recent = False
-        # The watchdog's task while it waits for a first send (no deadline).
-        self._idle: trio.lowlevel.Task | None = None
+        # Where the watchdog waits for a first send (no deadline).
+        self._idle = ParkedTask()
 
     def watch(self, send: TimedSend) -> None:
         """``send`` began (its ``send_began`` is stamped)."""
         self._sending[send] = None
         self._recent = True
-        idle, self._idle = self._idle, None
-        if idle is not None:
-            trio.lowlevel.reschedule(idle, outcome.Value(None))
+        self._idle.wake()
 
     def unwatch(self, send: TimedSend) -> None:
         """``send`` ended, however."""
@@ -74,16 +99,7 @@ class SendWatchdog:
             if not self._sending and not self._recent:
                 # A whole period without a send: wait without a deadline
                 # (waking per send would cost every awaited send a task step).
-                await self._wait_for_a_send()
+                await self._idle.park()
                 continue
             self._recent = False
             await trio.sleep_until(wake)
-
-    async def _wait_for_a_send(self) -> None:
-        self._idle = trio.lowlevel.current_task()
-
-        def abort(_: object) -> trio.lowlevel.Abort:
-            self._idle = None
-            return trio.lowlevel.Abort.SUCCEEDED
-
-        await trio.lowlevel.wait_task_rescheduled(abort)
