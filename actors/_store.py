@@ -14,6 +14,17 @@ What crosses processes is plain data, never a pickle:
 * `StoredEvent`: one journal entry, its encoded JSON and its age;
 * `Commit`: one transition's writes, fenced by the owner's epoch.
 
+Inputs across processes: a client that resumes on another process resends
+the inputs it saw no answer to. `SessionStore.claim_input` says whether
+this process should answer one: not when its answer was already journaled
+(the replay carries it), yes when nobody claimed it or when another process
+claimed it and never journaled its answer's end (that process was killed or
+taken over; its later writes are refused, so only one answer is journaled).
+An answer ends with the event ``{"type": "response.done", "client_event_id":
+...}`` (the gateway's protocol); the commit that journals it marks the input
+answered in the same atomic write (`Commit.settles`), so no crash can fall
+between the two.
+
 One owner at a time: `SessionStore.create` and `SessionStore.acquire`
 hand out an *epoch* (a per-session counter that only grows) with a lease; every
 write carries the epoch, and a write whose epoch is not the newest, or whose
@@ -32,7 +43,9 @@ This module does no I/O and imports no threading; the stores are
 
 from __future__ import annotations
 
+import hashlib
 import hmac
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -52,7 +65,9 @@ __all__ = [
     "StoreBinding",
     "StoredEvent",
     "StoredSession",
+    "input_key",
     "proves_token",
+    "settled_input",
 ]
 
 #: How long an owner's lease lasts unless renewed (a write renews it too).
@@ -110,6 +125,8 @@ class Commit:
     appends: tuple[StoredEvent, ...] = field(default=(), repr=False)
     #: Drop every stored event at or below this sequence (acks, TTL).
     trim_through: int | None = None
+    #: `input_key` s whose answers end in ``appends``: marked answered.
+    settles: tuple[str, ...] = ()
 
 
 class SessionStore(Protocol):
@@ -137,6 +154,35 @@ class SessionStore(Protocol):
 
     def delete(self, session_id: str, epoch: int) -> None:
         """Remove the session if ``epoch`` still owns it."""
+
+    def claim_input(self, session_id: str, claimant: str, key: str) -> bool | None:
+        """Should ``claimant`` (one process) answer input ``key`` (`input_key`)?
+
+        ``False``: its answer was journaled, or ``claimant`` claimed it
+        already; ``True``: claimed for ``claimant`` now (nobody had, or
+        another claimant never journaled its answer); ``None``: the session
+        is not stored.
+        """
+
+
+def input_key(client_event_id: str) -> str:
+    """The stored key of an input id (a digest: ids are the client's text)."""
+    return hashlib.blake2b(client_event_id.encode("utf-8"), digest_size=16).hexdigest()
+
+
+#: Only an event holding this is decoded to see whether it ends an answer.
+_ANSWER_END = b'"response.done"'
+
+
+def settled_input(encoded: bytes) -> str | None:
+    """The `input_key` whose answer this encoded event ends, if it ends one."""
+    if _ANSWER_END not in encoded:
+        return None
+    payload = json.loads(encoded)
+    if not isinstance(payload, dict) or payload.get("type") != "response.done":
+        return None
+    client_event_id = payload.get("client_event_id")
+    return input_key(client_event_id) if isinstance(client_event_id, str) else None
 
 
 def proves_token(stored: StoredSession, plaintext: str) -> bytes | None:
@@ -247,6 +293,7 @@ class StoreBinding:
         appended = state.entries_after(self._last_sequence)
         if not appended and _same(record, last):
             return
+        events = tuple(stored_event(entry, offset) for entry in appended)
         self.store.commit(
             Commit(
                 session_id=self.session_id,
@@ -255,11 +302,14 @@ class StoreBinding:
                 expect_token_digest=(
                     last.token_digest if record.token_digest != last.token_digest else None
                 ),
-                appends=tuple(stored_event(entry, offset) for entry in appended),
+                appends=events,
                 trim_through=(
                     record.dropped_through
                     if record.dropped_through != last.dropped_through
                     else None
+                ),
+                settles=tuple(
+                    key for key in map(settled_input, (e.encoded for e in events)) if key
                 ),
             )
         )

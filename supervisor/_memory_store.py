@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from actors._errors import DuplicateSessionError, SessionReplacedError, TokenConflictError
 from actors._store import (
@@ -31,6 +31,12 @@ class _Entry:
     lease_until: float
     record: SessionRecord
     events: dict[int, StoredEvent]
+    #: input key -> its claimant, or ``_ANSWERED``.
+    inputs: dict[str, str] = field(default_factory=dict)
+
+
+#: An input whose answer was journaled (claimants are never this).
+_ANSWERED = ""
 
 
 class MemoryStore:
@@ -83,6 +89,8 @@ class MemoryStore:
                     del entry.events[sequence]
             if commit.record is not None:
                 entry.record = commit.record
+            for key in commit.settles:
+                entry.inputs[key] = _ANSWERED
             entry.lease_until = self._clock() + self.lease_s
 
     def load(self, session_id: str) -> StoredSession | None:
@@ -127,3 +135,17 @@ class MemoryStore:
             entry = self._sessions.get(session_id)
             if entry is not None and entry.epoch == epoch:
                 del self._sessions[session_id]
+
+    def claim_input(self, session_id: str, claimant: str, key: str) -> bool | None:
+        """See `SessionStore.claim_input`."""
+        if not claimant:
+            raise ValueError("a claimant is a non-empty name")
+        with self._lock:
+            entry = self._sessions.get(session_id)
+            if entry is None:
+                return None
+            held = entry.inputs.get(key)
+            if held in (_ANSWERED, claimant):
+                return False
+            entry.inputs[key] = claimant
+            return True

@@ -8,7 +8,9 @@ Per session two keys, with one hash tag so a cluster keeps them on one slot:
 * ``<prefix>{<id>}:e``, a stream: one entry per retained journal event, with
   the explicit ID ``0-<sequence>``, so Redis itself refuses an append at or
   below the stream's top. An acknowledgement (or a TTL prune) is one
-  ``XTRIM MINID``.
+  ``XTRIM MINID``;
+* ``<prefix>{<id>}:i``, a hash: the session's inputs (`input_key` ->
+  the claiming process, or ``""`` once a commit journaled the answer's end).
 
 Every write is one Lua script, so it is atomic: it checks the epoch, the
 lease (by the server's clock) and, for a token rotation, the stored digest
@@ -54,7 +56,7 @@ _CREATE = (
     _NOW_MS
     + """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('DEL', KEYS[2])
+redis.call('DEL', KEYS[2], KEYS[3])
 redis.call('HSET', KEYS[1], 'epoch', 1, 'lease_until', now + tonumber(ARGV[1]),
            unpack(ARGV, 3))
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -63,7 +65,8 @@ return 1
 )
 
 # ARGV: epoch, lease_ms, ttl_ms, expect_digest|'', trim_through|'', n_field_args,
-# the field args, then 4 per event: sequence, encoded, created_at, encoded_bytes.
+# the field args, n_settles, the settled input keys, then 4 per event: sequence,
+# encoded, created_at, encoded_bytes.
 _COMMIT = (
     _NOW_MS
     + """
@@ -73,7 +76,8 @@ if tonumber(epoch) ~= tonumber(ARGV[1]) then return -2 end
 if tonumber(redis.call('HGET', KEYS[1], 'lease_until')) < now then return -3 end
 if ARGV[4] ~= '' and redis.call('HGET', KEYS[1], 'td') ~= ARGV[4] then return -4 end
 local nf = tonumber(ARGV[6])
-local first = 7 + nf
+local ns = tonumber(ARGV[7 + nf])
+local first = 8 + nf + ns
 local top = tonumber(redis.call('HGET', KEYS[1], 'ns')) - 1
 for i = first, #ARGV, 4 do
   local seq = tonumber(ARGV[i])
@@ -88,9 +92,11 @@ if ARGV[5] ~= '' then
   redis.call('XTRIM', KEYS[2], 'MINID', '0-' .. (tonumber(ARGV[5]) + 1))
 end
 if nf > 0 then redis.call('HSET', KEYS[1], unpack(ARGV, 7, 6 + nf)) end
+for i = 8 + nf, 7 + nf + ns do redis.call('HSET', KEYS[3], ARGV[i], '') end
 redis.call('HSET', KEYS[1], 'lease_until', now + tonumber(ARGV[2]))
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
+redis.call('PEXPIRE', KEYS[3], ARGV[3])
 return 1
 """
 )
@@ -103,6 +109,7 @@ local epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
 redis.call('HSET', KEYS[1], 'lease_until', now + tonumber(ARGV[1]))
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
+redis.call('PEXPIRE', KEYS[3], ARGV[2])
 return {redis.call('HGETALL', KEYS[1]), redis.call('XRANGE', KEYS[2], '-', '+')}
 """
 )
@@ -116,13 +123,26 @@ if tonumber(redis.call('HGET', KEYS[1], 'lease_until')) < now then return 0 end
 redis.call('HSET', KEYS[1], 'lease_until', now + tonumber(ARGV[2]))
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
+redis.call('PEXPIRE', KEYS[3], ARGV[3])
 return 1
 """
 )
 
 _DELETE = """
 local epoch = redis.call('HGET', KEYS[1], 'epoch')
-if epoch and tonumber(epoch) == tonumber(ARGV[1]) then redis.call('DEL', KEYS[1], KEYS[2]) end
+if epoch and tonumber(epoch) == tonumber(ARGV[1]) then
+  redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+end
+return 1
+"""
+
+# ARGV: claimant, input key, ttl_ms. 1: claimed; 0: answered or ours; -1: no session.
+_CLAIM_INPUT = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+local held = redis.call('HGET', KEYS[3], ARGV[2])
+if held == '' or held == ARGV[1] then return 0 end
+redis.call('HSET', KEYS[3], ARGV[2], ARGV[1])
+redis.call('PEXPIRE', KEYS[3], ARGV[3])
 return 1
 """
 
@@ -214,10 +234,11 @@ class RedisStore:
         self._acquire = self._client.register_script(_ACQUIRE)
         self._renew = self._client.register_script(_RENEW)
         self._delete = self._client.register_script(_DELETE)
+        self._claim_input = self._client.register_script(_CLAIM_INPUT)
 
     def _keys(self, session_id: str) -> list[str]:
         base = f"{self.prefix}{{{session_id}}}"
-        return [f"{base}:f", f"{base}:e"]
+        return [f"{base}:f", f"{base}:e", f"{base}:i"]
 
     def _unavailable(self, exc: BaseException) -> StoreUnavailableError:
         error = StoreUnavailableError(
@@ -252,6 +273,8 @@ class RedisStore:
             "" if commit.trim_through is None else commit.trim_through,
             len(fields),
             *fields,
+            len(commit.settles),
+            *commit.settles,
         ]
         for event in commit.appends:
             args += [event.sequence, event.encoded, repr(event.created_at), event.encoded_bytes]
@@ -262,7 +285,7 @@ class RedisStore:
             raise SessionReplacedError(commit.session_id)
 
     def load(self, session_id: str) -> StoredSession | None:
-        fields_key, events_key = self._keys(session_id)
+        fields_key, events_key, _ = self._keys(session_id)
         try:
             with self._client.pipeline(transaction=True) as pipe:
                 pipe.hgetall(fields_key)
@@ -309,6 +332,15 @@ class RedisStore:
 
     def delete(self, session_id: str, epoch: int) -> None:
         self._run(self._delete, self._keys(session_id), [epoch])
+
+    def claim_input(self, session_id: str, claimant: str, key: str) -> bool | None:
+        """See `SessionStore.claim_input` (one script, atomic)."""
+        if not claimant:
+            raise ValueError("a claimant is a non-empty name")
+        claimed = self._run(
+            self._claim_input, self._keys(session_id), [claimant, key, self._ttl_ms]
+        )
+        return None if claimed == -1 else claimed == 1
 
     def ping(self) -> None:
         """Raise `StoreUnavailableError` unless Redis answers."""
