@@ -3,7 +3,7 @@
 Each process is ``serve --port 0 --redis URL`` in a child process. The chaos
 clients connect and resume on a live process picked at random, so resumes
 land on other processes and take sessions over; halfway through, one process
-(picked with the run's seed) is killed with SIGKILL, and its clients resume
+holding the most clients is killed with SIGKILL, and its clients resume
 elsewhere. ``--redis local`` starts a redis-server of the demo's own on a free
 loopback port (no persistence: it lives for the run) and stops it at the end.
 """
@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import random
 import shutil
 import signal
 import socket
@@ -155,10 +154,12 @@ async def run_processes_demo(
     ``run(targets, config)``, and SIGKILL one gateway halfway through."""
     async with _gateways(_serve_command(args, server, redis_url), args.processes) as gateways:
         targets = Targets([gateway.url for gateway in gateways])
-        victim = random.Random(config.seed).randrange(len(gateways))  # noqa: S311
+        victim = -1
 
         async def kill_one() -> None:
+            nonlocal victim
             await trio.sleep(config.duration_s / 2)
+            victim = targets.busiest()
             # Marked down first: a client whose connection breaks knows why.
             targets.mark_down(victim)
             gateways[victim].process.kill()  # SIGKILL: no goodbye, no flush
@@ -167,6 +168,6 @@ async def run_processes_demo(
             nursery.start_soon(kill_one)
             report = await run(targets, config)
             nursery.cancel_scope.cancel()
-        if victim not in targets.down:
+        if victim < 0:
             raise ValueError("the run ended before a process was killed: raise --duration")
         return report

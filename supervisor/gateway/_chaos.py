@@ -98,6 +98,8 @@ class Targets:
             raise ValueError("need at least one gateway URL")
         self.urls = tuple(urls)
         self.down: set[int] = set()
+        #: Per process, how many clients' latest connections went to it.
+        self.holding = [0] * len(self.urls)
 
     @property
     def many(self) -> bool:
@@ -106,6 +108,16 @@ class Targets:
     def mark_down(self, index: int) -> None:
         """The process at ``index`` was killed: no client picks it again."""
         self.down.add(index)
+
+    def moved(self, before: int, after: int) -> None:
+        if before >= 0:
+            self.holding[before] -= 1
+        self.holding[after] += 1
+
+    def busiest(self) -> int:
+        """The live process holding the most clients (the first, on a tie)."""
+        live = [i for i in range(len(self.urls)) if i not in self.down]
+        return max(live, key=self.holding.__getitem__)
 
     def pick(self, rng: random.Random) -> int:
         live = [i for i in range(len(self.urls)) if i not in self.down]
@@ -187,6 +199,7 @@ class _Client:
                 if attempt + 1 == attempts or not self.targets.many:
                     raise
                 continue
+            self.targets.moved(self.process, index)
             self.process = index
             return ws
         raise AssertionError("unreachable")  # pragma: no cover
