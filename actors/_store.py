@@ -139,8 +139,12 @@ class SessionStore(Protocol):
         """Apply ``commit`` whole, or raise `SessionReplacedError` /
         `TokenConflictError` and change nothing. Renews the lease."""
 
-    def load(self, session_id: str) -> StoredSession | None:
-        """Read a session without taking it (``None``: not stored)."""
+    def load(self, session_id: str, *, events: bool = True) -> StoredSession | None:
+        """Read a session without taking it (``None``: not stored).
+
+        ``events=False``: its fields only (``events`` empty), e.g. to check a
+        token before a takeover, which reads the events itself.
+        """
 
     def acquire(self, session_id: str, expect_token_digest: bytes) -> StoredSession | None:
         """Take the session over: a new epoch and lease, the old owner's ended.

@@ -93,12 +93,12 @@ class MemoryStore:
                 entry.inputs[key] = _ANSWERED
             entry.lease_until = self._clock() + self.lease_s
 
-    def load(self, session_id: str) -> StoredSession | None:
-        """The session as stored, without taking it."""
+    def load(self, session_id: str, *, events: bool = True) -> StoredSession | None:
+        """The session as stored, without taking it (without its events if asked)."""
         with self._lock:
-            return self._read(session_id)
+            return self._read(session_id, events=events)
 
-    def _read(self, session_id: str) -> StoredSession | None:
+    def _read(self, session_id: str, *, events: bool = True) -> StoredSession | None:
         entry = self._sessions.get(session_id)
         if entry is None:
             return None
@@ -106,7 +106,7 @@ class MemoryStore:
             session_id=session_id,
             epoch=entry.epoch,
             record=entry.record,
-            events=tuple(entry.events[s] for s in sorted(entry.events)),
+            events=tuple(entry.events[s] for s in sorted(entry.events)) if events else (),
         )
 
     def acquire(self, session_id: str, expect_token_digest: bytes) -> StoredSession | None:

@@ -202,6 +202,20 @@ def _events(raw: list[tuple[bytes, dict[bytes, bytes]]]) -> tuple[StoredEvent, .
     )
 
 
+def _script_events(raw: list[list[Any]]) -> tuple[StoredEvent, ...]:
+    """A script's XRANGE reply: ``[id, [b"e", encoded, b"t", at, b"b", size]]`` each,
+    the fields in the order the commit script's XADD wrote them."""
+    return tuple(
+        StoredEvent(
+            sequence=int(stream_id[2:]),
+            created_at=float(fields[3]),
+            encoded_bytes=int(fields[5]),
+            encoded=fields[1],
+        )
+        for stream_id, fields in raw
+    )
+
+
 class RedisStore:
     """A `SessionStore` on one Redis (see the module).
 
@@ -284,13 +298,16 @@ class RedisStore:
         if outcome != 1:
             raise SessionReplacedError(commit.session_id)
 
-    def load(self, session_id: str) -> StoredSession | None:
+    def load(self, session_id: str, *, events: bool = True) -> StoredSession | None:
         fields_key, events_key, _ = self._keys(session_id)
         try:
-            with self._client.pipeline(transaction=True) as pipe:
-                pipe.hgetall(fields_key)
-                pipe.xrange(events_key)
-                raw_fields, raw_events = pipe.execute()
+            if events:
+                with self._client.pipeline(transaction=True) as pipe:
+                    pipe.hgetall(fields_key)
+                    pipe.xrange(events_key)
+                    raw_fields, raw_events = pipe.execute()
+            else:
+                raw_fields, raw_events = self._client.hgetall(fields_key), []
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
             raise self._unavailable(exc) from None
         if not raw_fields:
@@ -316,12 +333,7 @@ class RedisStore:
             session_id=session_id,
             epoch=int(raw_fields[b"epoch"]),
             record=_record(raw_fields),
-            events=_events(
-                [
-                    (item[0], dict(zip(item[1][::2], item[1][1::2], strict=True)))
-                    for item in raw_events
-                ]
-            ),
+            events=_script_events(raw_events),
         )
 
     def renew(self, session_id: str, epoch: int) -> bool:
