@@ -55,10 +55,12 @@ def _answers_ping(port: int) -> bool:
 
 
 @contextlib.contextmanager
-def local_redis() -> Iterator[str]:
+def local_redis(appendfsync: str | None = None) -> Iterator[str]:
     """A redis-server on a free 127.0.0.1 port for the block; its URL.
 
-    `ValueError` naming the fix when ``redis-server`` is not on PATH.
+    No persistence, unless ``appendfsync`` (``always``, ``everysec``, ``no``)
+    turns its append-only file on. `ValueError` naming the fix when
+    ``redis-server`` is not on PATH.
     """
     binary = shutil.which("redis-server")
     if binary is None:
@@ -66,7 +68,11 @@ def local_redis() -> Iterator[str]:
     with tempfile.TemporaryDirectory(prefix="duplex-demo-redis-") as directory:
         port = _free_port()
         argv = [binary, "--bind", "127.0.0.1", "--port", str(port), "--dir", directory]
-        argv += ["--save", "", "--appendonly", "no", "--daemonize", "no"]
+        argv += ["--save", "", "--daemonize", "no"]
+        if appendfsync is None:
+            argv += ["--appendonly", "no"]
+        else:
+            argv += ["--appendonly", "yes", "--appendfsync", appendfsync]
         argv += ["--loglevel", "warning"]
         process = subprocess.Popen(  # noqa: S603 - our own argv
             argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL

@@ -220,7 +220,10 @@ class RedisStore:
     """A `SessionStore` on one Redis (see the module).
 
     ``url`` is a redis-py URL (``redis://host:port/db``); it may hold a
-    password, so errors name only the host and port.
+    password, so errors name only the host and port. At most
+    ``max_connections`` connections, shared by the process's session threads
+    (a write borrows one for its round trip; more at once wait, up to
+    ``timeout_s``).
     """
 
     def __init__(
@@ -231,12 +234,24 @@ class RedisStore:
         lease_s: float = DEFAULT_LEASE_S,
         key_ttl_s: float = DEFAULT_KEY_TTL_S,
         timeout_s: float = 2.0,
+        max_connections: int = 32,
     ) -> None:
         if lease_s <= 0 or key_ttl_s < lease_s:
             raise ValueError("lease_s must be positive and key_ttl_s at least lease_s")
-        self._client = redis.Redis.from_url(
-            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
+        if max_connections < 1:
+            raise ValueError("max_connections must be >= 1")
+        # Blocking: each session's actor thread borrows a connection per write;
+        # past max_connections a thread waits its turn (up to timeout_s)
+        # instead of failing, as redis-py's default pool (100) would.
+        pool = redis.BlockingConnectionPool.from_url(
+            url,
+            max_connections=max_connections,
+            timeout=timeout_s,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
         )
+        self._pool = pool
+        self._client = redis.Redis(connection_pool=pool)
         kwargs = self._client.connection_pool.connection_kwargs
         self.where = f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
         self.prefix = prefix
@@ -363,3 +378,4 @@ class RedisStore:
 
     def close(self) -> None:
         self._client.close()
+        self._pool.disconnect()  # a pool given to redis.Redis is not closed with it

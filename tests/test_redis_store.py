@@ -298,3 +298,44 @@ def test_the_store_works_on_the_server_ci_started() -> None:
     store.delete("s", epoch)
     assert store.load("s") is None
     store.close()
+
+
+def test_a_load_without_events_reads_the_fields_only(store: SessionStore) -> None:
+    store.create("s", record())
+    append(store, "s", 1, 1, 3)
+    loaded = store.load("s", events=False)
+    assert loaded is not None
+    assert (loaded.epoch, loaded.record, loaded.events) == (1, record(next_sequence=4), ())
+    full = store.load("s")
+    assert full is not None and [e.sequence for e in full.events] == [1, 2, 3]
+
+
+def test_many_sessions_writing_at_once_all_get_through(redis_server: RedisServer) -> None:
+    # One actor thread per session writes through one RedisStore: more threads
+    # at once than redis-py's default pool holds (100) must wait, not fail.
+    store = RedisStore(redis_server.url)
+    threads_n, commits = 160, 10
+    barrier = threading.Barrier(threads_n)
+    failures: list[BaseException] = []
+
+    def writer(n: int) -> None:
+        session_id = f"s{n}"
+        store.create(session_id, record())
+        barrier.wait()
+        try:
+            for seq in range(1, commits + 1):
+                append(store, session_id, 1, seq, seq)
+        except BaseException as exc:
+            failures.append(exc)
+
+    try:
+        threads = [threading.Thread(target=writer, args=(n,)) for n in range(threads_n)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert failures == []
+        loaded = store.load(f"s{threads_n - 1}")
+        assert loaded is not None and len(loaded.events) == commits
+    finally:
+        store.close()
