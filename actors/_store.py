@@ -119,6 +119,7 @@ class Commit:
 
     session_id: str
     epoch: int
+    #: ``None``: no field changed but ``next_sequence``, which follows ``appends``.
     record: SessionRecord | None
     #: Compare-and-set: the stored token digest must still be this one.
     expect_token_digest: bytes | None = field(default=None, repr=False)
@@ -298,11 +299,16 @@ class StoreBinding:
         if not appended and _same(record, last):
             return
         events = tuple(stored_event(entry, offset) for entry in appended)
+        # The common commit, one event journaled: only next_sequence moved, and
+        # the store derives it from the appends (fewer bytes per event).
+        sequence_only = bool(events) and _same(
+            replace(record, next_sequence=last.next_sequence), last
+        )
         self.store.commit(
             Commit(
                 session_id=self.session_id,
                 epoch=self.epoch,
-                record=record,
+                record=None if sequence_only else record,
                 expect_token_digest=(
                     last.token_digest if record.token_digest != last.token_digest else None
                 ),

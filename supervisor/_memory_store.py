@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from actors._errors import DuplicateSessionError, SessionReplacedError, TokenConflictError
 from actors._store import (
@@ -89,6 +89,8 @@ class MemoryStore:
                     del entry.events[sequence]
             if commit.record is not None:
                 entry.record = commit.record
+            elif commit.appends:
+                entry.record = replace(entry.record, next_sequence=top + 1)
             for key in commit.settles:
                 entry.inputs[key] = _ANSWERED
             entry.lease_until = self._clock() + self.lease_s

@@ -91,7 +91,11 @@ end
 if ARGV[5] ~= '' then
   redis.call('XTRIM', KEYS[2], 'MINID', '0-' .. (tonumber(ARGV[5]) + 1))
 end
-if nf > 0 then redis.call('HSET', KEYS[1], unpack(ARGV, 7, 6 + nf)) end
+if nf > 0 then
+  redis.call('HSET', KEYS[1], unpack(ARGV, 7, 6 + nf))
+elseif first <= #ARGV then
+  redis.call('HSET', KEYS[1], 'ns', top + 1)
+end
 for i = 8 + nf, 7 + nf + ns do redis.call('HSET', KEYS[3], ARGV[i], '') end
 redis.call('HSET', KEYS[1], 'lease_until', now + tonumber(ARGV[2]))
 redis.call('PEXPIRE', KEYS[1], ARGV[3])

@@ -339,3 +339,15 @@ def test_many_sessions_writing_at_once_all_get_through(redis_server: RedisServer
         assert loaded is not None and len(loaded.events) == commits
     finally:
         store.close()
+
+
+def test_a_commit_of_appends_alone_moves_next_sequence(store: SessionStore) -> None:
+    store.create("s", record())
+    store.commit(Commit(session_id="s", epoch=1, record=None, appends=events(1, 2)))
+    store.commit(Commit(session_id="s", epoch=1, record=None, appends=events(3, 3)))
+    loaded = store.load("s")
+    assert loaded is not None
+    assert loaded.record == record(next_sequence=4)
+    assert [e.sequence for e in loaded.events] == [1, 2, 3]
+    with pytest.raises(SessionReplacedError):  # at or below the top: refused whole
+        store.commit(Commit(session_id="s", epoch=1, record=None, appends=events(3, 4)))
