@@ -351,3 +351,41 @@ def test_a_commit_of_appends_alone_moves_next_sequence(store: SessionStore) -> N
     assert [e.sequence for e in loaded.events] == [1, 2, 3]
     with pytest.raises(SessionReplacedError):  # at or below the top: refused whole
         store.commit(Commit(session_id="s", epoch=1, record=None, appends=events(3, 4)))
+
+
+def test_writes_at_once_are_refused_or_kept_each_alone(
+    redis_server: RedisServer,
+) -> None:
+    # Many sessions write at once: a stale owner's write among them is
+    # refused alone, every other one is kept.
+    store = RedisStore(redis_server.url)
+    count = 60
+    barrier = threading.Barrier(count)
+    refused: list[int] = []
+
+    def writer(n: int) -> None:
+        session_id = f"s{n}"
+        store.create(session_id, record())
+        epoch = 1
+        if n % 3 == 0:
+            store.acquire(session_id, record().token_digest)  # epoch 1 is stale now
+        barrier.wait()
+        try:
+            append(store, session_id, epoch, 1, 3)
+        except SessionReplacedError:
+            refused.append(n)
+
+    try:
+        threads = [threading.Thread(target=writer, args=(n,)) for n in range(count)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert sorted(refused) == list(range(0, count, 3))
+        for n in range(count):
+            loaded = store.load(f"s{n}")
+            assert loaded is not None
+            kept = [e.sequence for e in loaded.events]
+            assert kept == ([] if n % 3 == 0 else [1, 2, 3]), n
+    finally:
+        store.close()
