@@ -13,10 +13,10 @@ bisecting); its events/s is the *saturation* figure.
 
 The Redis store (trio shell, ``ours`` only, when ``redis-server`` is on PATH;
 it starts one with AOF ``everysec``): at each size, ``ours`` with sessions in
-memory and ``ours`` with sessions in Redis, interleaved (`REDIS_PAIRS`
-pairs), compared by CPU per delivered event: the gateway process's, and the
-gateway's plus the Redis server's (from its ``INFO cpu``). JSON:
-``scenarios.gateway.trio.redis_*``.
+memory and ``ours`` with sessions in Redis, interleaved
+(``Size.gateway_redis_pairs`` pairs), compared by CPU per delivered event:
+the gateway process's, and the gateway's plus the Redis server's (from its
+``INFO cpu``). JSON: ``scenarios.gateway.trio.redis_*``.
 """
 
 from __future__ import annotations
@@ -41,8 +41,6 @@ from benchmarks.gateway_server import MODES, SHELLS
 __all__ = ["Point", "gateway", "measure_point", "saturate"]
 
 RATE_HZ = 20.0
-#: Interleaved pairs (memory, Redis) per size for the Redis store's figures.
-REDIS_PAIRS = 3
 P99_LIMIT_MS = 50.0
 HELD_SHARE = 0.95
 _TICKS = os.sysconf("SC_CLK_TCK")
@@ -343,7 +341,7 @@ async def redis_store(size: Size) -> dict[str, object]:
         for clients in size.gateway_loads:
             memory: list[Point] = []
             stored: list[Point] = []
-            for _ in range(REDIS_PAIRS):  # interleaved: a drift hits both alike
+            for _ in range(size.gateway_redis_pairs):  # interleaved: a drift hits both alike
                 for points, args in ((memory, ()), (stored, ("--redis", url))):
                     points.append(
                         await measure_point(
@@ -373,7 +371,7 @@ async def redis_store(size: Size) -> dict[str, object]:
             }
         client.close()
     worst = max(float(str(load["redis_ratio"])) for load in loads.values())
-    return {"redis_loads": loads, "redis_ratio": worst, "redis_pairs": REDIS_PAIRS}
+    return {"redis_loads": loads, "redis_ratio": worst, "redis_pairs": size.gateway_redis_pairs}
 
 
 async def gateway(size: Size) -> list[Result]:

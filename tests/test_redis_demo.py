@@ -6,6 +6,7 @@ them when ``redis-server`` is not on PATH; see tests/redis_support.py).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -14,6 +15,8 @@ from pathlib import Path
 import trio
 
 from actors._store import input_key
+from benchmarks.common import QUICK
+from benchmarks.gateway import redis_store
 from supervisor.gateway._wire_client import WireClient
 from supervisor.redis_store import RedisStore
 from tests.gateway_support import LIMIT, read_until
@@ -169,3 +172,23 @@ def test_local_redis_is_stopped_when_the_block_ends() -> None:
         store.close()
         assert len(_demo_redis_servers()) >= 1
     assert _demo_redis_servers() == []  # waited for: stopped, not just signalled
+
+
+async def test_the_gateway_benchmark_measures_the_redis_store_beside_memory() -> None:
+    redis_binary()
+    size = dataclasses.replace(QUICK, gateway_loads=(4,), gateway_s=0.6, gateway_warmup_s=0.2)
+    figures = await redis_store(size)
+    assert figures["redis_pairs"] == 1
+    loads = figures["redis_loads"]
+    assert isinstance(loads, dict)
+    load = loads["4"]
+    for key in (
+        "memory_cpu_us_per_event",
+        "redis_gateway_cpu_us_per_event",
+        "redis_total_cpu_us_per_event",
+        "redis_ratio",
+    ):
+        assert load[key] > 0, (key, load)
+    # The Redis server worked for the Redis variant: more CPU per event in all.
+    assert load["redis_total_cpu_us_per_event"] > load["redis_gateway_cpu_us_per_event"]
+    assert figures["redis_ratio"] == load["redis_ratio"]
