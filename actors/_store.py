@@ -65,6 +65,7 @@ __all__ = [
     "StoreBinding",
     "StoredEvent",
     "StoredSession",
+    "identity_fingerprint",
     "input_key",
     "proves_token",
     "settled_input",
@@ -160,6 +161,13 @@ class SessionStore(Protocol):
     def delete(self, session_id: str, epoch: int) -> None:
         """Remove the session if ``epoch`` still owns it."""
 
+    def bind_identity(self, session_id: str, fingerprint: str) -> None:
+        """Keep who opened the session (`identity_fingerprint`), for a resume
+        on another process to check; nothing if the session is not stored."""
+
+    def bound_identity(self, session_id: str) -> str | None:
+        """What `bind_identity` kept (``None``: nothing, or no such session)."""
+
     def claim_input(self, session_id: str, claimant: str, key: str) -> bool | None:
         """Should ``claimant`` (one process) answer input ``key`` (`input_key`)?
 
@@ -168,6 +176,22 @@ class SessionStore(Protocol):
         another claimant never journaled its answer); ``None``: the session
         is not stored.
         """
+
+
+def identity_fingerprint(identity: object) -> str | None:
+    """A digest of a client's identity that another process computes alike.
+
+    ``None`` for no identity, or one that is not plain JSON data (str,
+    number, bool, list, dict): such an identity is compared in the opening
+    process only.
+    """
+    if identity is None:
+        return None
+    try:
+        text = json.dumps(identity, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError):
+        return None
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
 
 
 def input_key(client_event_id: str) -> str:

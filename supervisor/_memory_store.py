@@ -33,6 +33,7 @@ class _Entry:
     events: dict[int, StoredEvent]
     #: input key -> its claimant, or ``_ANSWERED``.
     inputs: dict[str, str] = field(default_factory=dict)
+    identity: str | None = None
 
 
 #: An input whose answer was journaled (claimants are never this).
@@ -151,3 +152,16 @@ class MemoryStore:
                 return False
             entry.inputs[key] = claimant
             return True
+
+    def bind_identity(self, session_id: str, fingerprint: str) -> None:
+        """See `SessionStore.bind_identity`."""
+        with self._lock:
+            entry = self._sessions.get(session_id)
+            if entry is not None:
+                entry.identity = fingerprint
+
+    def bound_identity(self, session_id: str) -> str | None:
+        """See `SessionStore.bound_identity`."""
+        with self._lock:
+            entry = self._sessions.get(session_id)
+            return None if entry is None else entry.identity

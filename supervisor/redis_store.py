@@ -3,8 +3,9 @@
 Per session two keys, with one hash tag so a cluster keeps them on one slot:
 
 * ``<prefix>{<id>}:f``, a hash: the `SessionRecord`
-  fields, plus ``epoch`` (the fencing counter) and ``lease_until`` (the
-  owner's lease, in the Redis server's milliseconds);
+  fields, plus ``epoch`` (the fencing counter), ``lease_until`` (the
+  owner's lease, in the Redis server's milliseconds) and ``idn`` (the
+  fingerprint of the identity that opened it, if bound);
 * ``<prefix>{<id>}:e``, a stream: one entry per retained journal event, with
   the explicit ID ``0-<sequence>``, so Redis itself refuses an append at or
   below the stream's top. An acknowledgement (or a TTL prune) is one
@@ -140,6 +141,11 @@ end
 return 1
 """
 
+_BIND_IDENTITY = """
+if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'idn', ARGV[1]) end
+return 1
+"""
+
 # ARGV: claimant, input key, ttl_ms. 1: claimed; 0: answered or ours; -1: no session.
 _CLAIM_INPUT = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
@@ -268,6 +274,7 @@ class RedisStore:
         self._renew = self._client.register_script(_RENEW)
         self._delete = self._client.register_script(_DELETE)
         self._claim_input = self._client.register_script(_CLAIM_INPUT)
+        self._bind_identity = self._client.register_script(_BIND_IDENTITY)
 
     def _keys(self, session_id: str) -> list[str]:
         base = f"{self.prefix}{{{session_id}}}"
@@ -363,6 +370,18 @@ class RedisStore:
 
     def delete(self, session_id: str, epoch: int) -> None:
         self._run(self._delete, self._keys(session_id), [epoch])
+
+    def bind_identity(self, session_id: str, fingerprint: str) -> None:
+        """See `SessionStore.bind_identity` (a field ``idn`` of the session's hash)."""
+        self._run(self._bind_identity, self._keys(session_id), [fingerprint])
+
+    def bound_identity(self, session_id: str) -> str | None:
+        """See `SessionStore.bound_identity`."""
+        try:
+            value = self._client.hget(self._keys(session_id)[0], "idn")
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+            raise self._unavailable(exc) from None
+        return None if value is None else bytes(cast(bytes, value)).decode()
 
     def claim_input(self, session_id: str, claimant: str, key: str) -> bool | None:
         """See `SessionStore.claim_input` (one script, atomic)."""

@@ -18,6 +18,7 @@ from actors._store import (
     SessionStore,
     StoreBinding,
     StoredEvent,
+    identity_fingerprint,
     input_key,
     settled_input,
 )
@@ -141,3 +142,33 @@ def test_the_binding_marks_the_inputs_its_commit_answers(store: SessionStore) ->
     assert store.claim_input("s", "process-b", key) is False
     loaded = store.load("s")
     assert loaded is not None and [e.sequence for e in loaded.events] == [1, 2]
+
+
+def test_the_identity_that_opened_a_session_is_kept_for_other_processes(
+    store: SessionStore,
+) -> None:
+    assert store.bound_identity("s") is None
+    store.bind_identity("s", "ignored: no such session")
+    assert store.bound_identity("s") is None
+    store.create("s", record())
+    assert store.bound_identity("s") is None
+    fingerprint = identity_fingerprint({"user": "alice", "org": 7})
+    assert fingerprint is not None
+    store.bind_identity("s", fingerprint)
+    assert store.bound_identity("s") == fingerprint
+    taken = store.acquire("s", record().token_digest)  # kept through a takeover
+    assert taken is not None and taken.record == record()
+    assert store.bound_identity("s") == fingerprint
+    store.delete("s", taken.epoch)
+    assert store.bound_identity("s") is None
+
+
+def test_an_identity_fingerprint_is_the_same_in_every_process() -> None:
+    assert identity_fingerprint({"org": 7, "user": "alice"}) == identity_fingerprint(
+        {"user": "alice", "org": 7}
+    )
+    assert identity_fingerprint("alice") != identity_fingerprint("bob")
+    assert identity_fingerprint("bearer") is not None
+    assert identity_fingerprint(None) is None
+    assert identity_fingerprint(object()) is None  # not plain data: this process only
+    assert identity_fingerprint(float("nan")) is None
