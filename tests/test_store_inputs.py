@@ -36,6 +36,17 @@ def done(sequence: int, client_event_id: str) -> StoredEvent:
     )
 
 
+def answer_end(*, epoch: int, client_event_id: str) -> Commit:
+    """The commit journaling an answer's end (sequence 1): it settles the input."""
+    return Commit(
+        session_id="s",
+        epoch=epoch,
+        record=record(next_sequence=2),
+        appends=(done(1, client_event_id),),
+        settles=(input_key(client_event_id),),
+    )
+
+
 def test_an_input_is_claimed_once_per_process(store: SessionStore) -> None:
     store.create("s", record())
     key = input_key("c1-1")
@@ -61,15 +72,7 @@ def test_an_input_whose_answer_was_journaled_is_answered_nowhere_else(
     store.create("s", record())
     key = input_key("c1-1")
     assert store.claim_input("s", "process-a", key) is True
-    store.commit(
-        Commit(
-            session_id="s",
-            epoch=1,
-            record=record(next_sequence=2),
-            appends=(done(1, "c1-1"),),
-            settles=(key,),
-        )
-    )
+    store.commit(answer_end(epoch=1, client_event_id="c1-1"))
     assert store.claim_input("s", "process-b", key) is False
     assert store.claim_input("s", "process-a", key) is False
 
@@ -81,15 +84,7 @@ def test_a_refused_commit_marks_no_input_answered(store: SessionStore) -> None:
     taken = store.acquire("s", record().token_digest)
     assert taken is not None and taken.epoch == 2
     with pytest.raises(KeyError):  # SessionReplacedError: the stale owner's write
-        store.commit(
-            Commit(
-                session_id="s",
-                epoch=1,
-                record=record(next_sequence=2),
-                appends=(done(1, "c1-1"),),
-                settles=(key,),
-            )
-        )
+        store.commit(answer_end(epoch=1, client_event_id="c1-1"))
     assert store.claim_input("s", "process-b", key) is True
 
 
