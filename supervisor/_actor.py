@@ -570,6 +570,16 @@ class SessionSystem:
             if parked is not None and mailbox.close_if_parked():
                 self._unroute(mailbox)
                 self.books.parked_left(parked, reason="replaced")
+                # As a live session's refused write does: the gateway frees its place.
+                self.notify(
+                    LifecycleEvent(
+                        kind="replaced",
+                        session_id=parked.session_id,
+                        attachment_generation=parked.attachment_generation,
+                        lease_generation=parked.lease_generation,
+                        reason="store",
+                    )
+                )
             else:
                 mailbox.tell_if_live(Replaced(epoch=epoch))
 

@@ -107,3 +107,47 @@ async def test_a_resume_elsewhere_needs_the_identity_that_opened_the_session() -
             assert resumed[-1]["session_id"] == created["session_id"]
             for c in (intruder, owner, client):
                 await c.cut()
+
+
+async def test_a_parked_session_taken_over_frees_its_place_where_it_was_opened() -> None:
+    # No stream (answers only): the first gateway's session, its client gone,
+    # is parked; another process takes it over; the first learns it at its
+    # next lease renewal (a sweep) and must free the place all the same.
+    store = MemoryStore()
+    options = RegistryOptions(
+        replay_ttl_s=60,
+        replay_max_bytes_per_session=1 << 20,
+        store=store,
+        passivate_after_s=0,
+        sweep_interval_s=0.05,
+    )
+    config = GatewayConfig(port=0, max_sessions=1)
+    with trio.fail_after(LIMIT):
+        async with trio.open_nursery() as nursery:
+            first, second = [
+                await nursery.start(
+                    functools.partial(
+                        serve_gateway,
+                        config,
+                        engine=DemoEngine(EngineConfig(event_rate_hz=0)),
+                        registry_options=options,
+                    )
+                )
+                for _ in range(2)
+            ]
+            client, created = await _open(first.url)
+            assert created["type"] == "session.created"
+            await client.cut()
+            while first.registry.stats().parked < 1:
+                await trio.sleep(0.02)
+            other = await _resume(second.url, created)
+            await read_until(other, "session.resumed")
+            while True:
+                newcomer, answer = await _open(first.url)
+                await newcomer.cut()
+                if answer["type"] == "session.created":
+                    break
+                assert answer.get("code") == "overloaded", answer
+                await trio.sleep(0.05)
+            await other.cut()
+            nursery.cancel_scope.cancel()
