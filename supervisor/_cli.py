@@ -19,7 +19,13 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from supervisor._cli_flags import SECRET_ENV, parser, read_secret
-from supervisor._demo_processes import LOCAL_REDIS, local_redis, run_processes_demo
+from supervisor._demo_processes import (
+    LOCAL_REDIS,
+    drain,
+    listening_url,
+    local_redis,
+    run_processes_demo,
+)
 from supervisor._options import RegistryOptions
 from supervisor.gateway._chaos import (
     ChaosConfig,
@@ -208,9 +214,9 @@ async def _demo_in_process(args: argparse.Namespace, console: Console, server: s
     process = await trio.lowlevel.open_process(command, stderr=subprocess.PIPE, env=env)
     assert process.stderr is not None  # noqa: S101 - asked for above
     try:
-        url = await _listening_url(process.stderr)
+        url = await listening_url(process.stderr)
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_drain, process.stderr)
+            nursery.start_soon(drain, process.stderr)
             report = await _run_chaos(url, _chaos_config(args), console, None)
             process.send_signal(signal.SIGTERM)
             with trio.fail_after(30):
@@ -225,23 +231,6 @@ async def _demo_in_process(args: argparse.Namespace, console: Console, server: s
     if process.returncode != 0:
         raise ValueError(f"the {server} server exited {process.returncode} after SIGTERM")
     return _finish(args, report, None)
-
-
-async def _listening_url(stream: trio.abc.ReceiveStream) -> str:
-    log = b""
-    with trio.fail_after(30):
-        while b"listening on" not in log or not log.endswith(b"\n"):
-            chunk = await stream.receive_some()
-            if not chunk:
-                raise ValueError(f"the server did not start: {log.decode(errors='replace')}")
-            log += chunk
-    line = next(ln for ln in log.decode().splitlines() if "listening on" in ln)
-    return line.rsplit(" ", 1)[-1]
-
-
-async def _drain(stream: trio.abc.ReceiveStream) -> None:
-    while await stream.receive_some():
-        pass
 
 
 async def _chaos(args: argparse.Namespace) -> int:

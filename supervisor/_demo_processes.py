@@ -27,7 +27,7 @@ import trio
 from supervisor._cli_flags import SECRET_ENV
 from supervisor.gateway._chaos import ChaosConfig, ChaosReport, Targets
 
-__all__ = ["LOCAL_REDIS", "local_redis", "run_processes_demo"]
+__all__ = ["LOCAL_REDIS", "drain", "listening_url", "local_redis", "run_processes_demo"]
 
 #: ``--redis local``: the demo starts (and stops) a redis-server of its own.
 LOCAL_REDIS = "local"
@@ -95,6 +95,25 @@ def local_redis(appendfsync: str | None = None) -> Iterator[str]:
                 process.wait(10)
 
 
+async def listening_url(stream: trio.abc.ReceiveStream) -> str:
+    """The URL a ``serve`` child logs (``listening on URL``) on ``stream``."""
+    log = b""
+    with trio.fail_after(30):
+        while b"listening on" not in log or not log.endswith(b"\n"):
+            chunk = await stream.receive_some()
+            if not chunk:
+                raise ValueError(f"the server did not start: {log.decode(errors='replace')}")
+            log += chunk
+    line = next(ln for ln in log.decode().splitlines() if "listening on" in ln)
+    return line.rsplit(" ", 1)[-1]
+
+
+async def drain(stream: trio.abc.ReceiveStream) -> None:
+    """Read ``stream`` to its end (a child's log, so its pipe never fills)."""
+    while await stream.receive_some():
+        pass
+
+
 class _Gateway:
     """One ``serve --redis`` child process and the URL it listens on."""
 
@@ -117,8 +136,6 @@ def _serve_command(args: argparse.Namespace, server: str, redis_url: str) -> lis
 @contextlib.asynccontextmanager
 async def _gateways(command: list[str], count: int) -> AsyncIterator[list[_Gateway]]:
     """``count`` gateway processes, each listening; SIGTERM (then SIGKILL) at the end."""
-    from supervisor._cli import _drain, _listening_url  # noqa: PLC0415 - _cli imports us
-
     env = {k: v for k, v in os.environ.items() if k != SECRET_ENV}
     gateways: list[_Gateway] = []
     try:
@@ -128,8 +145,8 @@ async def _gateways(command: list[str], count: int) -> AsyncIterator[list[_Gatew
                 assert process.stderr is not None  # noqa: S101 - asked for above
                 gateway = _Gateway(process, "")
                 gateways.append(gateway)
-                gateway.url = await _listening_url(process.stderr)
-                nursery.start_soon(_drain, process.stderr)
+                gateway.url = await listening_url(process.stderr)
+                nursery.start_soon(drain, process.stderr)
             try:
                 yield gateways
             finally:

@@ -192,3 +192,11 @@ async def test_the_gateway_benchmark_measures_the_redis_store_beside_memory() ->
     # The Redis server worked for the Redis variant: more CPU per event in all.
     assert load["redis_total_cpu_us_per_event"] > load["redis_gateway_cpu_us_per_event"]
     assert figures["redis_ratio"] == load["redis_ratio"]
+
+
+def test_demo_across_processes_needs_both_flags() -> None:
+    for argv in (["--processes", "3"], ["--redis", "local"], ["--processes", "1", "--redis", "x"]):
+        result = _run("demo", *argv, "--duration", "1")
+        assert result.returncode == 2, (argv, result.stderr)
+        assert "--processes 2 or more and --redis" in result.stderr
+        assert "Traceback" not in result.stderr
