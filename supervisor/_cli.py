@@ -25,6 +25,7 @@ from supervisor._demo_processes import (
     listening_url,
     local_redis,
     run_processes_demo,
+    serve_command,
 )
 from supervisor._options import RegistryOptions
 from supervisor.gateway._chaos import (
@@ -204,12 +205,7 @@ async def _demo_processes(args: argparse.Namespace, console: Console, server: st
 
 async def _demo_in_process(args: argparse.Namespace, console: Console, server: str) -> int:
     """An ASGI server runs on its own loop: ``serve`` in a child process, chaos here."""
-    crowd = str(max(256, 2 * args.clients))
-    command = [sys.executable, "-m", "supervisor", "serve", "--port", "0", "--server", server]
-    command += ["--max-connections-per-address", crowd, "--max-sessions-per-address", crowd]
-    command += ["--event-rate", str(args.event_rate), "--delta-chars", str(args.delta_chars)]
-    command += ["--max-inputs-per-session", str(args.max_inputs_per_session)]
-    command += ["--log-level", "info", "--stats-interval", "3600"]
+    command = serve_command(args, server, None)
     env = {k: v for k, v in os.environ.items() if k != SECRET_ENV}
     process = await trio.lowlevel.open_process(command, stderr=subprocess.PIPE, env=env)
     assert process.stderr is not None  # noqa: S101 - asked for above

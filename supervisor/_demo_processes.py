@@ -27,7 +27,14 @@ import trio
 from supervisor._cli_flags import SECRET_ENV
 from supervisor.gateway._chaos import ChaosConfig, ChaosReport, Targets
 
-__all__ = ["LOCAL_REDIS", "drain", "listening_url", "local_redis", "run_processes_demo"]
+__all__ = [
+    "LOCAL_REDIS",
+    "drain",
+    "listening_url",
+    "local_redis",
+    "run_processes_demo",
+    "serve_command",
+]
 
 #: ``--redis local``: the demo starts (and stops) a redis-server of its own.
 LOCAL_REDIS = "local"
@@ -122,10 +129,12 @@ class _Gateway:
         self.url = url
 
 
-def _serve_command(args: argparse.Namespace, server: str, redis_url: str) -> list[str]:
+def serve_command(args: argparse.Namespace, server: str, redis_url: str | None) -> list[str]:
+    """The demo's ``serve`` child: its engine flags, caps that fit the crowd
+    (every client comes from 127.0.0.1), and ``--redis`` if given."""
     crowd = str(max(256, 2 * args.clients))
     command = [sys.executable, "-m", "supervisor", "serve", "--port", "0", "--server", server]
-    command += ["--redis", redis_url]
+    command += [] if redis_url is None else ["--redis", redis_url]
     command += ["--max-connections-per-address", crowd, "--max-sessions-per-address", crowd]
     command += ["--event-rate", str(args.event_rate), "--delta-chars", str(args.delta_chars)]
     command += ["--max-inputs-per-session", str(args.max_inputs_per_session)]
@@ -153,7 +162,8 @@ async def _gateways(command: list[str], count: int) -> AsyncIterator[list[_Gatew
                 for gateway in gateways:
                     if gateway.process.returncode is None:
                         gateway.process.send_signal(signal.SIGTERM)
-                with trio.move_on_after(30), trio.CancelScope(shield=True):
+                with trio.move_on_after(30) as waiting:
+                    waiting.shield = True  # bounded, yet not cut short by the run's end
                     for gateway in gateways:
                         await gateway.process.wait()
     finally:
@@ -175,7 +185,7 @@ async def run_processes_demo(
 ) -> ChaosReport:
     """Serve ``args.processes`` gateways on ``redis_url``, run the crowd with
     ``run(targets, config)``, and SIGKILL one gateway halfway through."""
-    async with _gateways(_serve_command(args, server, redis_url), args.processes) as gateways:
+    async with _gateways(serve_command(args, server, redis_url), args.processes) as gateways:
         targets = Targets([gateway.url for gateway in gateways])
         victim = -1
 
