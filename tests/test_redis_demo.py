@@ -17,6 +17,7 @@ import trio
 from actors._store import input_key
 from benchmarks.common import QUICK
 from benchmarks.gateway import redis_store
+from supervisor._demo_processes import local_redis
 from supervisor.gateway._wire_client import WireClient
 from supervisor.redis_store import RedisStore
 from tests.gateway_support import LIMIT, read_until
@@ -71,7 +72,7 @@ def test_demo_on_three_processes_loses_and_repeats_nothing_through_a_kill() -> N
     across = totals["resumes_across_processes"]
     assert isinstance(across, int) and across >= totals["takeovers"], totals
     assert totals["answered"] == totals["inputs"], totals
-    assert _demo_redis_servers() == before  # its redis-server is gone
+    assert set(_demo_redis_servers()) <= set(before)  # its redis-server is gone
 
 
 def test_demo_on_two_processes_of_a_given_redis_prints_the_rows(
@@ -163,15 +164,16 @@ async def test_an_input_answered_before_a_cut_is_not_answered_again_elsewhere(
 
 def test_local_redis_is_stopped_when_the_block_ends() -> None:
     redis_binary()
-    from supervisor._demo_processes import local_redis
 
+    before = set(_demo_redis_servers())  # another run's may be up meanwhile
     with local_redis() as url:
         assert url.startswith("redis://127.0.0.1:")
         store = RedisStore(url)
         store.ping()
         store.close()
-        assert len(_demo_redis_servers()) >= 1
-    assert _demo_redis_servers() == []  # waited for: stopped, not just signalled
+        ours = set(_demo_redis_servers()) - before
+        assert len(ours) == 1
+    assert not ours & set(_demo_redis_servers())  # waited for: stopped, not just signalled
 
 
 async def test_the_gateway_benchmark_measures_the_redis_store_beside_memory() -> None:
