@@ -47,7 +47,7 @@ import hashlib
 import hmac
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -157,6 +157,10 @@ class SessionStore(Protocol):
 
     def renew(self, session_id: str, epoch: int) -> bool:
         """Extend ``epoch``'s lease; ``False`` if it is no longer the owner's."""
+
+    def renew_many(self, leases: Sequence[tuple[str, int]]) -> list[bool]:
+        """`renew` for each ``(session_id, epoch)``, in order (a sweep's renewals:
+        a store may send them together)."""
 
     def delete(self, session_id: str, epoch: int) -> None:
         """Remove the session if ``epoch`` still owns it."""

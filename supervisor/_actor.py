@@ -556,15 +556,13 @@ class SessionSystem:
         """Renew this process's leases; a refused one was taken over elsewhere."""
         store = self.store
         assert store is not None  # noqa: S101
-        for mailbox in list(self._routes.values()):
-            epoch = mailbox.store_epoch
-            if epoch is None:
-                continue
-            try:
-                renewed = store.renew(mailbox.session_id, epoch)
-            except StoreError:
-                return  # the store is away: the next sweep tries again
-            if renewed:
+        held = [(m, m.store_epoch) for m in list(self._routes.values()) if m.store_epoch]
+        try:
+            renewed = store.renew_many([(m.session_id, epoch) for m, epoch in held])
+        except StoreError:
+            return  # the store is away: the next sweep tries again
+        for (mailbox, epoch), kept in zip(held, renewed, strict=True):
+            if kept:
                 continue
             parked = mailbox.parked
             if parked is not None and mailbox.close_if_parked():

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from actors._errors import DuplicateSessionError, SessionReplacedError, TokenConflictError
@@ -131,6 +131,10 @@ class MemoryStore:
                 return False
             entry.lease_until = self._clock() + self.lease_s
             return True
+
+    def renew_many(self, leases: Sequence[tuple[str, int]]) -> list[bool]:
+        """`renew` for each ``(session_id, epoch)``, in order."""
+        return [self.renew(session_id, epoch) for session_id, epoch in leases]
 
     def delete(self, session_id: str, epoch: int) -> None:
         """Remove the session if ``epoch`` still owns it."""

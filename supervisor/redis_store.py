@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from typing import Any, cast
 
 import redis
@@ -47,6 +48,9 @@ from actors._store import DEFAULT_LEASE_S, Commit, SessionRecord, StoredEvent, S
 __all__ = ["DEFAULT_KEY_TTL_S", "RedisStore"]
 
 logger = logging.getLogger("duplex_supervisor.supervisor")
+
+#: Lease renewals sent in one pipeline by `RedisStore.renew_many`.
+RENEW_BATCH = 500
 
 #: A session that nobody writes or renews for this long is dropped by Redis.
 DEFAULT_KEY_TTL_S = 24 * 3600.0
@@ -367,6 +371,26 @@ class RedisStore:
             self._renew, self._keys(session_id), [epoch, self._lease_ms, self._ttl_ms]
         )
         return bool(renewed == 1)
+
+    def renew_many(self, leases: Sequence[tuple[str, int]]) -> list[bool]:
+        """`renew` for each ``(session_id, epoch)``: pipelines of `RENEW_BATCH`
+        scripts (one round trip each), not one round trip per session."""
+        renewed: list[bool] = []
+        for first in range(0, len(leases), RENEW_BATCH):
+            batch = leases[first : first + RENEW_BATCH]
+            try:
+                with self._client.pipeline(transaction=False) as pipe:
+                    for session_id, epoch in batch:
+                        self._renew(
+                            keys=self._keys(session_id),
+                            args=[epoch, self._lease_ms, self._ttl_ms],
+                            client=pipe,
+                        )
+                    results = pipe.execute()
+            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+                raise self._unavailable(exc) from None
+            renewed += [result == 1 for result in results]
+        return renewed
 
     def delete(self, session_id: str, epoch: int) -> None:
         self._run(self._delete, self._keys(session_id), [epoch])

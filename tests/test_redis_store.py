@@ -389,3 +389,26 @@ def test_writes_at_once_are_refused_or_kept_each_alone(
             assert kept == ([] if n % 3 == 0 else [1, 2, 3]), n
     finally:
         store.close()
+
+
+def test_renewals_sent_together_answer_each_lease(store: SessionStore) -> None:
+    for session_id in ("a", "b", "c"):
+        store.create(session_id, record())
+    assert store.acquire("b", record().token_digest) is not None  # b: epoch 2 now
+    leases = [("a", 1), ("b", 1), ("c", 1), ("gone", 1), ("b", 2)]
+    assert store.renew_many(leases) == [True, False, True, False, True]
+    assert store.renew_many([]) == []
+
+
+def test_renewals_of_more_sessions_than_one_pipeline_holds(redis_server: RedisServer) -> None:
+    from supervisor.redis_store import RENEW_BATCH
+
+    store = RedisStore(redis_server.url)
+    try:
+        count = RENEW_BATCH + 7
+        for n in range(count):
+            store.create(f"s{n}", record())
+        leases = [(f"s{n}", 1 if n % 2 else 9) for n in range(count)]
+        assert store.renew_many(leases) == [n % 2 == 1 for n in range(count)]
+    finally:
+        store.close()
