@@ -68,6 +68,17 @@ async def _resume(url: str, created: dict[str, object], user: str | None = None)
     return client
 
 
+async def _opens_once_free(url: str) -> None:
+    """Open sessions at ``url`` until one is created: refused only as ``overloaded``."""
+    while True:
+        newcomer, answer = await _open(url)
+        await newcomer.cut()
+        if answer["type"] == "session.created":
+            return
+        assert answer.get("code") == "overloaded", answer
+        await trio.sleep(0.05)
+
+
 async def test_a_session_taken_over_frees_its_place_where_it_was_opened() -> None:
     with trio.fail_after(LIMIT):
         async with _gateways(MemoryStore(), authenticate=False) as (first, second):
@@ -77,13 +88,7 @@ async def test_a_session_taken_over_frees_its_place_where_it_was_opened() -> Non
             await read_until(other, "session.resumed")
             # The first gateway held its one place; its engine's next send is
             # refused (taken over): the place is free for a new session.
-            while True:
-                newcomer, answer = await _open(first.url)
-                await newcomer.cut()
-                if answer["type"] == "session.created":
-                    break
-                assert answer.get("code") == "overloaded", answer
-                await trio.sleep(0.05)
+            await _opens_once_free(first.url)
             await other.cut()
             await client.cut()
 
@@ -142,12 +147,6 @@ async def test_a_parked_session_taken_over_frees_its_place_where_it_was_opened()
                 await trio.sleep(0.02)
             other = await _resume(second.url, created)
             await read_until(other, "session.resumed")
-            while True:
-                newcomer, answer = await _open(first.url)
-                await newcomer.cut()
-                if answer["type"] == "session.created":
-                    break
-                assert answer.get("code") == "overloaded", answer
-                await trio.sleep(0.05)
+            await _opens_once_free(first.url)
             await other.cut()
             nursery.cancel_scope.cancel()
