@@ -14,6 +14,17 @@ What crosses processes is plain data, never a pickle:
 * `StoredEvent`: one journal entry, its encoded JSON and its age;
 * `Commit`: one transition's writes, fenced by the owner's epoch.
 
+Inputs across processes: a client that resumes on another process resends
+the inputs it saw no answer to. `SessionStore.claim_input` says whether
+this process should answer one: not when its answer was already journaled
+(the replay carries it), yes when nobody claimed it or when another process
+claimed it and never journaled its answer's end (that process was killed or
+taken over; its later writes are refused, so only one answer is journaled).
+An answer ends with the event ``{"type": "response.done", "client_event_id":
+...}`` (the gateway's protocol); the commit that journals it marks the input
+answered in the same atomic write (`Commit.settles`), so no crash can fall
+between the two.
+
 One owner at a time: `SessionStore.create` and `SessionStore.acquire`
 hand out an *epoch* (a per-session counter that only grows) with a lease; every
 write carries the epoch, and a write whose epoch is not the newest, or whose
@@ -32,9 +43,11 @@ This module does no I/O and imports no threading; the stores are
 
 from __future__ import annotations
 
+import hashlib
 import hmac
+import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -52,7 +65,10 @@ __all__ = [
     "StoreBinding",
     "StoredEvent",
     "StoredSession",
+    "identity_fingerprint",
+    "input_key",
     "proves_token",
+    "settled_input",
 ]
 
 #: How long an owner's lease lasts unless renewed (a write renews it too).
@@ -104,12 +120,15 @@ class Commit:
 
     session_id: str
     epoch: int
+    #: ``None``: no field changed but ``next_sequence``, which follows ``appends``.
     record: SessionRecord | None
     #: Compare-and-set: the stored token digest must still be this one.
     expect_token_digest: bytes | None = field(default=None, repr=False)
     appends: tuple[StoredEvent, ...] = field(default=(), repr=False)
     #: Drop every stored event at or below this sequence (acks, TTL).
     trim_through: int | None = None
+    #: `input_key` s whose answers end in ``appends``: marked answered.
+    settles: tuple[str, ...] = ()
 
 
 class SessionStore(Protocol):
@@ -122,8 +141,12 @@ class SessionStore(Protocol):
         """Apply ``commit`` whole, or raise `SessionReplacedError` /
         `TokenConflictError` and change nothing. Renews the lease."""
 
-    def load(self, session_id: str) -> StoredSession | None:
-        """Read a session without taking it (``None``: not stored)."""
+    def load(self, session_id: str, *, events: bool = True) -> StoredSession | None:
+        """Read a session without taking it (``None``: not stored).
+
+        ``events=False``: its fields only (``events`` empty), e.g. to check a
+        token before a takeover, which reads the events itself.
+        """
 
     def acquire(self, session_id: str, expect_token_digest: bytes) -> StoredSession | None:
         """Take the session over: a new epoch and lease, the old owner's ended.
@@ -135,8 +158,64 @@ class SessionStore(Protocol):
     def renew(self, session_id: str, epoch: int) -> bool:
         """Extend ``epoch``'s lease; ``False`` if it is no longer the owner's."""
 
+    def renew_many(self, leases: Sequence[tuple[str, int]]) -> list[bool]:
+        """`renew` for each ``(session_id, epoch)``, in order (a sweep's renewals:
+        a store may send them together)."""
+
     def delete(self, session_id: str, epoch: int) -> None:
         """Remove the session if ``epoch`` still owns it."""
+
+    def bind_identity(self, session_id: str, fingerprint: str) -> None:
+        """Keep who opened the session (`identity_fingerprint`), for a resume
+        on another process to check; nothing if the session is not stored."""
+
+    def bound_identity(self, session_id: str) -> str | None:
+        """What `bind_identity` kept (``None``: nothing, or no such session)."""
+
+    def claim_input(self, session_id: str, claimant: str, key: str) -> bool | None:
+        """Should ``claimant`` (one process) answer input ``key`` (`input_key`)?
+
+        ``False``: its answer was journaled, or ``claimant`` claimed it
+        already; ``True``: claimed for ``claimant`` now (nobody had, or
+        another claimant never journaled its answer); ``None``: the session
+        is not stored.
+        """
+
+
+def identity_fingerprint(identity: object) -> str | None:
+    """A digest of a client's identity that another process computes alike.
+
+    ``None`` for no identity, or one that is not plain JSON data (str,
+    number, bool, list, dict): such an identity is compared in the opening
+    process only.
+    """
+    if identity is None:
+        return None
+    try:
+        text = json.dumps(identity, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError):
+        return None
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
+
+
+def input_key(client_event_id: str) -> str:
+    """The stored key of an input id (a digest: ids are the client's text)."""
+    return hashlib.blake2b(client_event_id.encode("utf-8"), digest_size=16).hexdigest()
+
+
+#: Only an event holding this is decoded to see whether it ends an answer.
+_ANSWER_END = b'"response.done"'
+
+
+def settled_input(encoded: bytes) -> str | None:
+    """The `input_key` whose answer this encoded event ends, if it ends one."""
+    if _ANSWER_END not in encoded:
+        return None
+    payload = json.loads(encoded)
+    if not isinstance(payload, dict) or payload.get("type") != "response.done":
+        return None
+    client_event_id = payload.get("client_event_id")
+    return input_key(client_event_id) if isinstance(client_event_id, str) else None
 
 
 def proves_token(stored: StoredSession, plaintext: str) -> bytes | None:
@@ -247,19 +326,28 @@ class StoreBinding:
         appended = state.entries_after(self._last_sequence)
         if not appended and _same(record, last):
             return
+        events = tuple(stored_event(entry, offset) for entry in appended)
+        # The common commit, one event journaled: only next_sequence moved, and
+        # the store derives it from the appends (fewer bytes per event).
+        sequence_only = bool(events) and _same(
+            replace(record, next_sequence=last.next_sequence), last
+        )
         self.store.commit(
             Commit(
                 session_id=self.session_id,
                 epoch=self.epoch,
-                record=record,
+                record=None if sequence_only else record,
                 expect_token_digest=(
                     last.token_digest if record.token_digest != last.token_digest else None
                 ),
-                appends=tuple(stored_event(entry, offset) for entry in appended),
+                appends=events,
                 trim_through=(
                     record.dropped_through
                     if record.dropped_through != last.dropped_through
                     else None
+                ),
+                settles=tuple(
+                    key for key in map(settled_input, (e.encoded for e in events)) if key
                 ),
             )
         )

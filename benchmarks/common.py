@@ -47,6 +47,8 @@ class Size:
     gateway_max_clients: int
     #: Load generator processes per load.
     gateway_loaders: int
+    #: Interleaved pairs (sessions in memory, in Redis) per load, trio shell.
+    gateway_redis_pairs: int = 3
 
 
 FULL = Size(
@@ -78,6 +80,7 @@ QUICK = Size(
     gateway_search_steps=0,
     gateway_max_clients=100,
     gateway_loaders=1,
+    gateway_redis_pairs=1,
 )
 
 

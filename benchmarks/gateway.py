@@ -10,6 +10,15 @@ p99 latency (engine send to client receive) is under 50 ms. Per shell and
 mode: the sizes (200 and 1,000 clients at 20 events/s each), then a search
 for the most clients held (doubling from the largest held size, then
 bisecting); its events/s is the *saturation* figure.
+
+The Redis store (trio shell, ``ours`` only, when ``redis-server`` is on PATH;
+it starts one with AOF ``everysec``): at the smallest size only (at 1,000
+clients the Redis variant is far past its saturation, about 1,200 of 20,000
+events/s delivered on 2 shared cores, and its 1,000 sessions take most of a
+minute to open), ``ours`` with sessions in memory and ``ours`` with sessions in Redis, interleaved
+(``Size.gateway_redis_pairs`` pairs), compared by CPU per delivered event:
+the gateway process's, and the gateway's plus the Redis server's (from its
+``INFO cpu``). JSON: ``scenarios.gateway.trio.redis_*``.
 """
 
 from __future__ import annotations
@@ -18,9 +27,11 @@ import functools
 import json
 import math
 import os
+import shutil
+import statistics
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -54,6 +65,8 @@ class Point:
     server_cpu: float = 0.0
     #: The busiest load generator's share of one CPU (near 1: it was the limit).
     loader_cpu: float = 0.0
+    #: Share of one CPU ``extra_cpu`` (e.g. the Redis server) used in the window.
+    extra_cpu: float = 0.0
     errors: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -129,12 +142,17 @@ async def measure_point(
     warmup_s: float,
     seconds: float,
     loaders: int = 1,
+    server_args: Sequence[str] = (),
+    extra_cpu: Callable[[], float] | None = None,
 ) -> Point:
-    """``clients`` at `RATE_HZ` against a fresh ``shell``/``mode`` server."""
+    """``clients`` at `RATE_HZ` against a fresh ``shell``/``mode`` server.
+
+    ``extra_cpu``: CPU seconds of another process serving the load (read at
+    the window's start and end)."""
     point = Point(shell, mode, clients, clients * RATE_HZ)
     python = sys.executable
     server_command = [python, "-m", "benchmarks.gateway_server", "--shell", shell]
-    server_command += ["--mode", mode, "--rate", str(RATE_HZ)]
+    server_command += ["--mode", mode, "--rate", str(RATE_HZ), *server_args]
     server_command += os.environ.get("BENCH_SERVER_ARGS", "").split()
     server, server_lines = await _start(server_command, stdin=False)
     generators: list[tuple[trio.Process, _Lines]] = []
@@ -156,13 +174,15 @@ async def measure_point(
             await process.stdin.send_all(b"go\n")
         await trio.sleep(warmup_s)
         cpu_started, started = _cpu_seconds(server.pid), trio.current_time()
+        extra_started = extra_cpu() if extra_cpu is not None else 0.0
         reports: list[dict[str, Any]] = []
         with trio.fail_after(warmup_s + seconds + 60):
             for _, lines in generators:
                 reports.append(json.loads(await lines.next()))
-        point.server_cpu = (_cpu_seconds(server.pid) - cpu_started) / (
-            trio.current_time() - started
-        )
+        elapsed = trio.current_time() - started
+        point.server_cpu = (_cpu_seconds(server.pid) - cpu_started) / elapsed
+        if extra_cpu is not None:
+            point.extra_cpu = (extra_cpu() - extra_started) / elapsed
     finally:
         for process, _ in generators:
             await _stop(process)
@@ -300,11 +320,82 @@ async def _shell(shell: str, size: Size) -> tuple[dict[str, object], Result]:
     return entry, row_result
 
 
+def _us_per_event(cpu: float, point: Point) -> float:
+    return cpu / point.events_per_s * 1e6 if point.events_per_s else math.nan
+
+
+async def redis_store(size: Size) -> dict[str, object]:
+    """``ours`` on trio, sessions in memory vs in Redis: CPU per event, interleaved."""
+    if shutil.which("redis-server") is None:
+        return {"redis_skipped": "redis-server not on PATH"}
+    import redis  # noqa: PLC0415 - only this figure needs redis-py
+
+    from supervisor._demo_processes import local_redis  # noqa: PLC0415
+
+    loads: dict[str, dict[str, object]] = {}
+    with local_redis(appendfsync="everysec") as url:
+        client = redis.Redis.from_url(url)
+
+        def redis_cpu() -> float:
+            info = client.info("cpu")
+            return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
+
+        for clients in size.gateway_loads[:1]:
+            memory: list[Point] = []
+            stored: list[Point] = []
+            for _ in range(size.gateway_redis_pairs):  # interleaved: a drift hits both alike
+                for points, args in ((memory, ()), (stored, ("--redis", url))):
+                    points.append(
+                        await measure_point(
+                            "trio",
+                            "ours",
+                            clients,
+                            warmup_s=size.gateway_warmup_s,
+                            seconds=size.gateway_s,
+                            loaders=size.gateway_loaders,
+                            server_args=args,
+                            extra_cpu=redis_cpu if args else None,
+                        )
+                    )
+            memory_us = [_us_per_event(p.server_cpu, p) for p in memory]
+            gateway_us = [_us_per_event(p.server_cpu, p) for p in stored]
+            total_us = [_us_per_event(p.server_cpu + p.extra_cpu, p) for p in stored]
+            ratios = [t / m for t, m in zip(total_us, memory_us, strict=True)]
+            loads[str(clients)] = {
+                "memory_cpu_us_per_event": statistics.median(memory_us),
+                "redis_gateway_cpu_us_per_event": statistics.median(gateway_us),
+                "redis_total_cpu_us_per_event": statistics.median(total_us),
+                "redis_ratio": statistics.median(ratios),
+                "redis_ratio_spread": [min(ratios), max(ratios)],
+                "redis_p99_ms": statistics.median(p.p99_ms for p in stored),
+                "memory_p99_ms": statistics.median(p.p99_ms for p in memory),
+                "redis_held": all(p.held for p in stored),
+            }
+        client.close()
+    worst = max(float(str(load["redis_ratio"])) for load in loads.values())
+    return {"redis_loads": loads, "redis_ratio": worst, "redis_pairs": size.gateway_redis_pairs}
+
+
 async def gateway(size: Size) -> list[Result]:
     """Every shell; one table row per shell and load, one JSON entry per shell."""
     results: list[Result] = []
     for shell in SHELLS:
         entry, row = await _shell(shell, size)
+        if shell == "trio":
+            entry.update(await redis_store(size))
+            ratio = entry.get("redis_ratio")
+            results.append(
+                Result(
+                    "gateway/trio Redis store",
+                    "CPU per event vs memory",
+                    float(ratio) if isinstance(ratio, float) else math.nan,
+                    1.0,
+                    "sessions in memory, same shell",
+                    None,
+                    "<= 3x (gateway + Redis CPU)",
+                    in_json=False,
+                )
+            )
         row.figures = entry
         results.append(row)
         results.append(

@@ -19,6 +19,10 @@ worker). ``--mode`` is what sits behind it:
     (`LockRegistry`) between the engine loop
     and the socket: journal under the locks, then the send.
 
+``--redis URL`` (with ``--shell trio --mode ours`` only): the gateway keeps
+its sessions in Redis (`RedisStore`, as ``serve --redis``), so every journaled
+event is also written there.
+
 Each session's engine loop sends one event every ``1/rate`` seconds (a
 random phase per session, so sessions do not fire in step), stamped with
 ``t`` (``time.monotonic()``) just before its send call, as the load
@@ -46,6 +50,7 @@ import anyio
 import trio
 
 from benchmarks.references import LockRegistry
+from supervisor._cli import _registry_options
 from supervisor.gateway._auth import Handshake
 from supervisor.gateway._config import GatewayConfig, GatewayCounters
 from supervisor.gateway._core import TransportClosedError
@@ -184,11 +189,18 @@ def _announce(url: str) -> None:
     print(f"listening {url}", flush=True)
 
 
-async def _serve_trio(config: GatewayConfig, mode: str, rate_hz: float) -> None:
+async def _serve_trio(
+    config: GatewayConfig, mode: str, rate_hz: float, redis_url: str | None = None
+) -> None:
     if mode == "ours":
         async with trio.open_nursery() as nursery:
             gateway: Gateway = await nursery.start(
-                functools.partial(serve_gateway, config, engine=StampedEngine(rate_hz))
+                functools.partial(
+                    serve_gateway,
+                    config,
+                    engine=StampedEngine(rate_hz),
+                    registry_options=_registry_options(config, redis_url),
+                )
             )
             _announce(gateway.url)
         return
@@ -298,7 +310,12 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="sys.setswitchinterval (s) before serving (default: Python's, 0.005)",
     )
+    parser.add_argument(
+        "--redis", metavar="URL", help="sessions in this Redis (--shell trio --mode ours only)"
+    )
     args = parser.parse_args(argv)
+    if args.redis is not None and (args.shell, args.mode) != ("trio", "ours"):
+        parser.error("--redis is for --shell trio --mode ours")
     if args.switch_interval is not None:
         sys.setswitchinterval(args.switch_interval)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -306,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING)
     config = config_for_benchmark()
     if args.shell == "trio":
-        trio.run(_serve_trio, config, args.mode, args.rate)
+        trio.run(_serve_trio, config, args.mode, args.rate, args.redis)
     elif args.shell == "asgi-uvicorn":
         _serve_uvicorn(config, args.mode, args.rate)
     else:

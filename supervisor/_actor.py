@@ -507,7 +507,7 @@ class SessionSystem:
             command = call.command
             assert isinstance(command, Resume | AuthenticateResume)  # noqa: S101
             try:
-                stored = store.load(session_id)
+                stored = store.load(session_id, events=False)  # the acquire reads them
                 digest = None if stored is None else proves_token(stored, command.resume_token)
                 taken = None if digest is None else store.acquire(session_id, digest)
             except StoreError as exc:
@@ -556,20 +556,28 @@ class SessionSystem:
         """Renew this process's leases; a refused one was taken over elsewhere."""
         store = self.store
         assert store is not None  # noqa: S101
-        for mailbox in list(self._routes.values()):
-            epoch = mailbox.store_epoch
-            if epoch is None:
-                continue
-            try:
-                renewed = store.renew(mailbox.session_id, epoch)
-            except StoreError:
-                return  # the store is away: the next sweep tries again
-            if renewed:
+        held = [(m, m.store_epoch) for m in list(self._routes.values()) if m.store_epoch]
+        try:
+            renewed = store.renew_many([(m.session_id, epoch) for m, epoch in held])
+        except StoreError:
+            return  # the store is away: the next sweep tries again
+        for (mailbox, epoch), kept in zip(held, renewed, strict=True):
+            if kept:
                 continue
             parked = mailbox.parked
             if parked is not None and mailbox.close_if_parked():
                 self._unroute(mailbox)
                 self.books.parked_left(parked, reason="replaced")
+                # As a live session's refused write does: the gateway frees its place.
+                self.notify(
+                    LifecycleEvent(
+                        kind="replaced",
+                        session_id=parked.session_id,
+                        attachment_generation=parked.attachment_generation,
+                        lease_generation=parked.lease_generation,
+                        reason="store",
+                    )
+                )
             else:
                 mailbox.tell_if_live(Replaced(epoch=epoch))
 

@@ -19,8 +19,22 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from supervisor._cli_flags import SECRET_ENV, parser, read_secret
+from supervisor._demo_processes import (
+    LOCAL_REDIS,
+    drain,
+    listening_url,
+    local_redis,
+    run_processes_demo,
+    serve_command,
+)
 from supervisor._options import RegistryOptions
-from supervisor.gateway._chaos import ChaosConfig, ChaosReport, ClientReport, run_chaos
+from supervisor.gateway._chaos import (
+    ChaosConfig,
+    ChaosReport,
+    ClientReport,
+    Targets,
+    run_chaos,
+)
 from supervisor.gateway._engine import (
     DemoEngine,
     Engine,
@@ -38,7 +52,7 @@ __all__ = ["main"]
 logger = logging.getLogger("duplex_supervisor.supervisor")
 
 
-def _table(report: ChaosReport, gateway: Gateway | None) -> Table:
+def _table(report: ChaosReport, gateway: Gateway | None, *, processes: int = 1) -> Table:
     t = report.totals
     table = Table(title="duplex-supervisor chaos run", show_header=True)
     table.add_column("figure")
@@ -54,6 +68,10 @@ def _table(report: ChaosReport, gateway: Gateway | None) -> Table:
         ("duplicated", t.duplicated),
         ("errors", t.errors),
     ]
+    if processes > 1:
+        rows.append(("resumes across processes", t.resumes_across_processes))
+        rows.append(("takeovers (sessions of the killed process)", t.takeovers))
+        rows.append(("stranded (never resumed)", t.stranded))
     if gateway is not None:
         stats = gateway.registry.stats()
         rows.append(("server: events journaled", stats.events_journaled))
@@ -66,9 +84,9 @@ def _table(report: ChaosReport, gateway: Gateway | None) -> Table:
     return table
 
 
-def _totals_json(report: ChaosReport) -> str:
+def _totals_json(report: ChaosReport, *, processes: int = 1) -> str:
     t = report.totals
-    totals = {
+    totals: dict[str, object] = {
         "sessions": t.sessions,
         "events_delivered": t.events_delivered,
         "disconnects": t.disconnects,
@@ -81,6 +99,11 @@ def _totals_json(report: ChaosReport) -> str:
         "errors": t.errors,
         "error_codes": t.error_codes,
     }
+    if processes > 1:
+        totals["processes"] = processes
+        totals["resumes_across_processes"] = t.resumes_across_processes
+        totals["takeovers"] = t.takeovers
+        totals["stranded"] = t.stranded
     return json.dumps({"totals": totals, "ok": report.ok})
 
 
@@ -99,7 +122,7 @@ def _chaos_config(args: argparse.Namespace) -> ChaosConfig:
 
 
 async def _run_chaos(
-    url: str, config: ChaosConfig, console: Console, gateway: Gateway | None
+    url: str | Targets, config: ChaosConfig, console: Console, gateway: Gateway | None
 ) -> ChaosReport:
     with Progress(
         TextColumn("[bold]chaos[/]"),
@@ -125,10 +148,11 @@ async def _run_chaos(
 
 
 def _finish(args: argparse.Namespace, report: ChaosReport, gateway: Gateway | None) -> int:
+    processes = getattr(args, "processes", 1)
     if args.json:
-        print(_totals_json(report))
+        print(_totals_json(report, processes=processes))
     else:
-        Console().print(_table(report, gateway))
+        Console().print(_table(report, gateway, processes=processes))
     return 0 if report.ok else 1
 
 
@@ -142,6 +166,8 @@ def _engine_config(args: argparse.Namespace) -> EngineConfig:
 async def _demo(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     server = SERVER_ALIASES.get(args.server, args.server)
+    if args.processes > 1 or args.redis is not None:
+        return await _demo_processes(args, console, server)
     if server != "trio":
         return await _demo_in_process(args, console, server)
     engine = DemoEngine(_engine_config(args))
@@ -160,21 +186,33 @@ async def _demo(args: argparse.Namespace) -> int:
     return status
 
 
+async def _demo_processes(args: argparse.Namespace, console: Console, server: str) -> int:
+    """``demo --processes N --redis URL``: see supervisor/_demo_processes.py."""
+    if args.processes < 2 or args.redis is None:
+        raise ValueError("the demo across processes needs --processes 2 or more and --redis")
+
+    async def crowd(targets: Targets, config: ChaosConfig) -> ChaosReport:
+        return await _run_chaos(targets, config, console, None)
+
+    config = _chaos_config(args)
+    if args.redis != LOCAL_REDIS:
+        report = await run_processes_demo(args, server, args.redis, config, crowd)
+    else:
+        with local_redis() as url:
+            report = await run_processes_demo(args, server, url, config, crowd)
+    return _finish(args, report, None)
+
+
 async def _demo_in_process(args: argparse.Namespace, console: Console, server: str) -> int:
     """An ASGI server runs on its own loop: ``serve`` in a child process, chaos here."""
-    crowd = str(max(256, 2 * args.clients))
-    command = [sys.executable, "-m", "supervisor", "serve", "--port", "0", "--server", server]
-    command += ["--max-connections-per-address", crowd, "--max-sessions-per-address", crowd]
-    command += ["--event-rate", str(args.event_rate), "--delta-chars", str(args.delta_chars)]
-    command += ["--max-inputs-per-session", str(args.max_inputs_per_session)]
-    command += ["--log-level", "info", "--stats-interval", "3600"]
+    command = serve_command(args, server, None)
     env = {k: v for k, v in os.environ.items() if k != SECRET_ENV}
     process = await trio.lowlevel.open_process(command, stderr=subprocess.PIPE, env=env)
     assert process.stderr is not None  # noqa: S101 - asked for above
     try:
-        url = await _listening_url(process.stderr)
+        url = await listening_url(process.stderr)
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_drain, process.stderr)
+            nursery.start_soon(drain, process.stderr)
             report = await _run_chaos(url, _chaos_config(args), console, None)
             process.send_signal(signal.SIGTERM)
             with trio.fail_after(30):
@@ -189,23 +227,6 @@ async def _demo_in_process(args: argparse.Namespace, console: Console, server: s
     if process.returncode != 0:
         raise ValueError(f"the {server} server exited {process.returncode} after SIGTERM")
     return _finish(args, report, None)
-
-
-async def _listening_url(stream: trio.abc.ReceiveStream) -> str:
-    log = b""
-    with trio.fail_after(30):
-        while b"listening on" not in log or not log.endswith(b"\n"):
-            chunk = await stream.receive_some()
-            if not chunk:
-                raise ValueError(f"the server did not start: {log.decode(errors='replace')}")
-            log += chunk
-    line = next(ln for ln in log.decode().splitlines() if "listening on" in ln)
-    return line.rsplit(" ", 1)[-1]
-
-
-async def _drain(stream: trio.abc.ReceiveStream) -> None:
-    while await stream.receive_some():
-        pass
 
 
 async def _chaos(args: argparse.Namespace) -> int:

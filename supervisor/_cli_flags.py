@@ -470,7 +470,27 @@ def parser() -> argparse.ArgumentParser:
         "demo",
         help="serve on a free loopback port and run chaos against it",
         description="The gateway and the chaos clients in one process, on loopback; a table "
-        "(or --json) at the end. Exit status 0 only if lost, duplicated and errors are 0.",
+        "(or --json) at the end. Exit status 0 only if lost, duplicated and errors are 0. "
+        "With --processes 3 --redis URL: three 'serve --redis' processes sharing one Redis; "
+        "each client connects and resumes on a process picked at random (so resumes take "
+        "sessions over across processes), one process is killed with SIGKILL halfway "
+        "through and its clients resume on the others; the table adds 'resumes across "
+        "processes', 'takeovers' and 'stranded' (0 also needed for exit status 0).",
+    )
+    multi = demo.add_argument_group("more than one process")
+    multi.add_argument(
+        "--processes",
+        type=_positive(int),
+        default=1,
+        metavar="N",
+        help="gateway processes sharing --redis; with 2 or more, one is SIGKILLed halfway "
+        "through (default 1: the gateway in this process, sessions in memory)",
+    )
+    multi.add_argument(
+        "--redis",
+        metavar="URL",
+        help="the Redis the processes share (redis://host:port/db), or 'local': start a "
+        "redis-server from PATH on a free loopback port for the run and stop it after",
     )
     demo.add_argument(
         "--server",

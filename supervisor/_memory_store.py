@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 
 from actors._errors import DuplicateSessionError, SessionReplacedError, TokenConflictError
 from actors._store import (
@@ -31,6 +31,13 @@ class _Entry:
     lease_until: float
     record: SessionRecord
     events: dict[int, StoredEvent]
+    #: input key -> its claimant, or ``_ANSWERED``.
+    inputs: dict[str, str] = field(default_factory=dict)
+    identity: str | None = None
+
+
+#: An input whose answer was journaled (claimants are never this).
+_ANSWERED = ""
 
 
 class MemoryStore:
@@ -83,14 +90,18 @@ class MemoryStore:
                     del entry.events[sequence]
             if commit.record is not None:
                 entry.record = commit.record
+            elif commit.appends:
+                entry.record = replace(entry.record, next_sequence=top + 1)
+            for key in commit.settles:
+                entry.inputs[key] = _ANSWERED
             entry.lease_until = self._clock() + self.lease_s
 
-    def load(self, session_id: str) -> StoredSession | None:
-        """The session as stored, without taking it."""
+    def load(self, session_id: str, *, events: bool = True) -> StoredSession | None:
+        """The session as stored, without taking it (without its events if asked)."""
         with self._lock:
-            return self._read(session_id)
+            return self._read(session_id, events=events)
 
-    def _read(self, session_id: str) -> StoredSession | None:
+    def _read(self, session_id: str, *, events: bool = True) -> StoredSession | None:
         entry = self._sessions.get(session_id)
         if entry is None:
             return None
@@ -98,7 +109,7 @@ class MemoryStore:
             session_id=session_id,
             epoch=entry.epoch,
             record=entry.record,
-            events=tuple(entry.events[s] for s in sorted(entry.events)),
+            events=tuple(entry.events[s] for s in sorted(entry.events)) if events else (),
         )
 
     def acquire(self, session_id: str, expect_token_digest: bytes) -> StoredSession | None:
@@ -121,9 +132,40 @@ class MemoryStore:
             entry.lease_until = self._clock() + self.lease_s
             return True
 
+    def renew_many(self, leases: Sequence[tuple[str, int]]) -> list[bool]:
+        """`renew` for each ``(session_id, epoch)``, in order."""
+        return [self.renew(session_id, epoch) for session_id, epoch in leases]
+
     def delete(self, session_id: str, epoch: int) -> None:
         """Remove the session if ``epoch`` still owns it."""
         with self._lock:
             entry = self._sessions.get(session_id)
             if entry is not None and entry.epoch == epoch:
                 del self._sessions[session_id]
+
+    def claim_input(self, session_id: str, claimant: str, key: str) -> bool | None:
+        """See `SessionStore.claim_input`."""
+        if not claimant:
+            raise ValueError("a claimant is a non-empty name")
+        with self._lock:
+            entry = self._sessions.get(session_id)
+            if entry is None:
+                return None
+            held = entry.inputs.get(key)
+            if held in (_ANSWERED, claimant):
+                return False
+            entry.inputs[key] = claimant
+            return True
+
+    def bind_identity(self, session_id: str, fingerprint: str) -> None:
+        """See `SessionStore.bind_identity`."""
+        with self._lock:
+            entry = self._sessions.get(session_id)
+            if entry is not None:
+                entry.identity = fingerprint
+
+    def bound_identity(self, session_id: str) -> str | None:
+        """See `SessionStore.bound_identity`."""
+        with self._lock:
+            entry = self._sessions.get(session_id)
+            return None if entry is None else entry.identity

@@ -3,12 +3,15 @@
 Per session two keys, with one hash tag so a cluster keeps them on one slot:
 
 * ``<prefix>{<id>}:f``, a hash: the `SessionRecord`
-  fields, plus ``epoch`` (the fencing counter) and ``lease_until`` (the
-  owner's lease, in the Redis server's milliseconds);
+  fields, plus ``epoch`` (the fencing counter), ``lease_until`` (the
+  owner's lease, in the Redis server's milliseconds) and ``idn`` (the
+  fingerprint of the identity that opened it, if bound);
 * ``<prefix>{<id>}:e``, a stream: one entry per retained journal event, with
   the explicit ID ``0-<sequence>``, so Redis itself refuses an append at or
   below the stream's top. An acknowledgement (or a TTL prune) is one
-  ``XTRIM MINID``.
+  ``XTRIM MINID``;
+* ``<prefix>{<id>}:i``, a hash: the session's inputs (`input_key` ->
+  the claiming process, or ``""`` once a commit journaled the answer's end).
 
 Every write is one Lua script, so it is atomic: it checks the epoch, the
 lease (by the server's clock) and, for a token rotation, the stored digest
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from typing import Any, cast
 
 import redis
@@ -45,6 +49,9 @@ __all__ = ["DEFAULT_KEY_TTL_S", "RedisStore"]
 
 logger = logging.getLogger("duplex_supervisor.supervisor")
 
+#: Lease renewals sent in one pipeline by `RedisStore.renew_many`.
+RENEW_BATCH = 500
+
 #: A session that nobody writes or renews for this long is dropped by Redis.
 DEFAULT_KEY_TTL_S = 24 * 3600.0
 
@@ -54,7 +61,7 @@ _CREATE = (
     _NOW_MS
     + """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('DEL', KEYS[2])
+redis.call('DEL', KEYS[2], KEYS[3])
 redis.call('HSET', KEYS[1], 'epoch', 1, 'lease_until', now + tonumber(ARGV[1]),
            unpack(ARGV, 3))
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -63,7 +70,8 @@ return 1
 )
 
 # ARGV: epoch, lease_ms, ttl_ms, expect_digest|'', trim_through|'', n_field_args,
-# the field args, then 4 per event: sequence, encoded, created_at, encoded_bytes.
+# the field args, n_settles, the settled input keys, then 4 per event: sequence,
+# encoded, created_at, encoded_bytes.
 _COMMIT = (
     _NOW_MS
     + """
@@ -73,7 +81,8 @@ if tonumber(epoch) ~= tonumber(ARGV[1]) then return -2 end
 if tonumber(redis.call('HGET', KEYS[1], 'lease_until')) < now then return -3 end
 if ARGV[4] ~= '' and redis.call('HGET', KEYS[1], 'td') ~= ARGV[4] then return -4 end
 local nf = tonumber(ARGV[6])
-local first = 7 + nf
+local ns = tonumber(ARGV[7 + nf])
+local first = 8 + nf + ns
 local top = tonumber(redis.call('HGET', KEYS[1], 'ns')) - 1
 for i = first, #ARGV, 4 do
   local seq = tonumber(ARGV[i])
@@ -87,10 +96,16 @@ end
 if ARGV[5] ~= '' then
   redis.call('XTRIM', KEYS[2], 'MINID', '0-' .. (tonumber(ARGV[5]) + 1))
 end
-if nf > 0 then redis.call('HSET', KEYS[1], unpack(ARGV, 7, 6 + nf)) end
+if nf > 0 then
+  redis.call('HSET', KEYS[1], unpack(ARGV, 7, 6 + nf))
+elseif first <= #ARGV then
+  redis.call('HSET', KEYS[1], 'ns', top + 1)
+end
+for i = 8 + nf, 7 + nf + ns do redis.call('HSET', KEYS[3], ARGV[i], '') end
 redis.call('HSET', KEYS[1], 'lease_until', now + tonumber(ARGV[2]))
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
+redis.call('PEXPIRE', KEYS[3], ARGV[3])
 return 1
 """
 )
@@ -103,6 +118,7 @@ local epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
 redis.call('HSET', KEYS[1], 'lease_until', now + tonumber(ARGV[1]))
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
+redis.call('PEXPIRE', KEYS[3], ARGV[2])
 return {redis.call('HGETALL', KEYS[1]), redis.call('XRANGE', KEYS[2], '-', '+')}
 """
 )
@@ -116,13 +132,31 @@ if tonumber(redis.call('HGET', KEYS[1], 'lease_until')) < now then return 0 end
 redis.call('HSET', KEYS[1], 'lease_until', now + tonumber(ARGV[2]))
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
+redis.call('PEXPIRE', KEYS[3], ARGV[3])
 return 1
 """
 )
 
 _DELETE = """
 local epoch = redis.call('HGET', KEYS[1], 'epoch')
-if epoch and tonumber(epoch) == tonumber(ARGV[1]) then redis.call('DEL', KEYS[1], KEYS[2]) end
+if epoch and tonumber(epoch) == tonumber(ARGV[1]) then
+  redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+end
+return 1
+"""
+
+_BIND_IDENTITY = """
+if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'idn', ARGV[1]) end
+return 1
+"""
+
+# ARGV: claimant, input key, ttl_ms. 1: claimed; 0: answered or ours; -1: no session.
+_CLAIM_INPUT = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+local held = redis.call('HGET', KEYS[3], ARGV[2])
+if held == '' or held == ARGV[1] then return 0 end
+redis.call('HSET', KEYS[3], ARGV[2], ARGV[1])
+redis.call('PEXPIRE', KEYS[3], ARGV[3])
 return 1
 """
 
@@ -182,11 +216,28 @@ def _events(raw: list[tuple[bytes, dict[bytes, bytes]]]) -> tuple[StoredEvent, .
     )
 
 
+def _script_events(raw: list[list[Any]]) -> tuple[StoredEvent, ...]:
+    """A script's XRANGE reply: ``[id, [b"e", encoded, b"t", at, b"b", size]]`` each,
+    the fields in the order the commit script's XADD wrote them."""
+    return tuple(
+        StoredEvent(
+            sequence=int(stream_id[2:]),
+            created_at=float(fields[3]),
+            encoded_bytes=int(fields[5]),
+            encoded=fields[1],
+        )
+        for stream_id, fields in raw
+    )
+
+
 class RedisStore:
     """A `SessionStore` on one Redis (see the module).
 
     ``url`` is a redis-py URL (``redis://host:port/db``); it may hold a
-    password, so errors name only the host and port.
+    password, so errors name only the host and port. At most
+    ``max_connections`` connections, shared by the process's session threads
+    (a write borrows one for its round trip; more at once wait, up to
+    ``timeout_s``).
     """
 
     def __init__(
@@ -197,12 +248,24 @@ class RedisStore:
         lease_s: float = DEFAULT_LEASE_S,
         key_ttl_s: float = DEFAULT_KEY_TTL_S,
         timeout_s: float = 2.0,
+        max_connections: int = 32,
     ) -> None:
         if lease_s <= 0 or key_ttl_s < lease_s:
             raise ValueError("lease_s must be positive and key_ttl_s at least lease_s")
-        self._client = redis.Redis.from_url(
-            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
+        if max_connections < 1:
+            raise ValueError("max_connections must be >= 1")
+        # Blocking: each session's actor thread borrows a connection per write;
+        # past max_connections a thread waits its turn (up to timeout_s)
+        # instead of failing, as redis-py's default pool (100) would.
+        pool = redis.BlockingConnectionPool.from_url(
+            url,
+            max_connections=max_connections,
+            timeout=timeout_s,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
         )
+        self._pool = pool
+        self._client = redis.Redis(connection_pool=pool)
         kwargs = self._client.connection_pool.connection_kwargs
         self.where = f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
         self.prefix = prefix
@@ -214,10 +277,12 @@ class RedisStore:
         self._acquire = self._client.register_script(_ACQUIRE)
         self._renew = self._client.register_script(_RENEW)
         self._delete = self._client.register_script(_DELETE)
+        self._claim_input = self._client.register_script(_CLAIM_INPUT)
+        self._bind_identity = self._client.register_script(_BIND_IDENTITY)
 
     def _keys(self, session_id: str) -> list[str]:
         base = f"{self.prefix}{{{session_id}}}"
-        return [f"{base}:f", f"{base}:e"]
+        return [f"{base}:f", f"{base}:e", f"{base}:i"]
 
     def _unavailable(self, exc: BaseException) -> StoreUnavailableError:
         error = StoreUnavailableError(
@@ -252,6 +317,8 @@ class RedisStore:
             "" if commit.trim_through is None else commit.trim_through,
             len(fields),
             *fields,
+            len(commit.settles),
+            *commit.settles,
         ]
         for event in commit.appends:
             args += [event.sequence, event.encoded, repr(event.created_at), event.encoded_bytes]
@@ -261,13 +328,16 @@ class RedisStore:
         if outcome != 1:
             raise SessionReplacedError(commit.session_id)
 
-    def load(self, session_id: str) -> StoredSession | None:
-        fields_key, events_key = self._keys(session_id)
+    def load(self, session_id: str, *, events: bool = True) -> StoredSession | None:
+        fields_key, events_key, _ = self._keys(session_id)
         try:
-            with self._client.pipeline(transaction=True) as pipe:
-                pipe.hgetall(fields_key)
-                pipe.xrange(events_key)
-                raw_fields, raw_events = pipe.execute()
+            if events:
+                with self._client.pipeline(transaction=True) as pipe:
+                    pipe.hgetall(fields_key)
+                    pipe.xrange(events_key)
+                    raw_fields, raw_events = pipe.execute()
+            else:
+                raw_fields, raw_events = self._client.hgetall(fields_key), []
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
             raise self._unavailable(exc) from None
         if not raw_fields:
@@ -293,12 +363,7 @@ class RedisStore:
             session_id=session_id,
             epoch=int(raw_fields[b"epoch"]),
             record=_record(raw_fields),
-            events=_events(
-                [
-                    (item[0], dict(zip(item[1][::2], item[1][1::2], strict=True)))
-                    for item in raw_events
-                ]
-            ),
+            events=_script_events(raw_events),
         )
 
     def renew(self, session_id: str, epoch: int) -> bool:
@@ -307,8 +372,49 @@ class RedisStore:
         )
         return bool(renewed == 1)
 
+    def renew_many(self, leases: Sequence[tuple[str, int]]) -> list[bool]:
+        """`renew` for each ``(session_id, epoch)``: pipelines of `RENEW_BATCH`
+        scripts (one round trip each), not one round trip per session."""
+        renewed: list[bool] = []
+        for first in range(0, len(leases), RENEW_BATCH):
+            batch = leases[first : first + RENEW_BATCH]
+            try:
+                with self._client.pipeline(transaction=False) as pipe:
+                    for session_id, epoch in batch:
+                        self._renew(
+                            keys=self._keys(session_id),
+                            args=[epoch, self._lease_ms, self._ttl_ms],
+                            client=pipe,
+                        )
+                    results = pipe.execute()
+            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+                raise self._unavailable(exc) from None
+            renewed += [result == 1 for result in results]
+        return renewed
+
     def delete(self, session_id: str, epoch: int) -> None:
         self._run(self._delete, self._keys(session_id), [epoch])
+
+    def bind_identity(self, session_id: str, fingerprint: str) -> None:
+        """See `SessionStore.bind_identity` (a field ``idn`` of the session's hash)."""
+        self._run(self._bind_identity, self._keys(session_id), [fingerprint])
+
+    def bound_identity(self, session_id: str) -> str | None:
+        """See `SessionStore.bound_identity`."""
+        try:
+            value = self._client.hget(self._keys(session_id)[0], "idn")
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+            raise self._unavailable(exc) from None
+        return None if value is None else bytes(cast(bytes, value)).decode()
+
+    def claim_input(self, session_id: str, claimant: str, key: str) -> bool | None:
+        """See `SessionStore.claim_input` (one script, atomic)."""
+        if not claimant:
+            raise ValueError("a claimant is a non-empty name")
+        claimed = self._run(
+            self._claim_input, self._keys(session_id), [claimant, key, self._ttl_ms]
+        )
+        return None if claimed == -1 else claimed == 1
 
     def ping(self) -> None:
         """Raise `StoreUnavailableError` unless Redis answers."""
@@ -319,3 +425,4 @@ class RedisStore:
 
     def close(self) -> None:
         self._client.close()
+        self._pool.disconnect()  # a pool given to redis.Redis is not closed with it

@@ -298,3 +298,117 @@ def test_the_store_works_on_the_server_ci_started() -> None:
     store.delete("s", epoch)
     assert store.load("s") is None
     store.close()
+
+
+def test_a_load_without_events_reads_the_fields_only(store: SessionStore) -> None:
+    store.create("s", record())
+    append(store, "s", 1, 1, 3)
+    loaded = store.load("s", events=False)
+    assert loaded is not None
+    assert (loaded.epoch, loaded.record, loaded.events) == (1, record(next_sequence=4), ())
+    full = store.load("s")
+    assert full is not None and [e.sequence for e in full.events] == [1, 2, 3]
+
+
+def test_many_sessions_writing_at_once_all_get_through(redis_server: RedisServer) -> None:
+    # One actor thread per session writes through one RedisStore: more threads
+    # at once than redis-py's default pool holds (100) must wait, not fail.
+    store = RedisStore(redis_server.url)
+    threads_n, commits = 160, 10
+    barrier = threading.Barrier(threads_n)
+    failures: list[BaseException] = []
+
+    def writer(n: int) -> None:
+        session_id = f"s{n}"
+        store.create(session_id, record())
+        barrier.wait()
+        try:
+            for seq in range(1, commits + 1):
+                append(store, session_id, 1, seq, seq)
+        except BaseException as exc:
+            failures.append(exc)
+
+    try:
+        threads = [threading.Thread(target=writer, args=(n,)) for n in range(threads_n)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert failures == []
+        loaded = store.load(f"s{threads_n - 1}")
+        assert loaded is not None and len(loaded.events) == commits
+    finally:
+        store.close()
+
+
+def test_a_commit_of_appends_alone_moves_next_sequence(store: SessionStore) -> None:
+    store.create("s", record())
+    store.commit(Commit(session_id="s", epoch=1, record=None, appends=events(1, 2)))
+    store.commit(Commit(session_id="s", epoch=1, record=None, appends=events(3, 3)))
+    loaded = store.load("s")
+    assert loaded is not None
+    assert loaded.record == record(next_sequence=4)
+    assert [e.sequence for e in loaded.events] == [1, 2, 3]
+    with pytest.raises(SessionReplacedError):  # at or below the top: refused whole
+        store.commit(Commit(session_id="s", epoch=1, record=None, appends=events(3, 4)))
+
+
+def test_writes_at_once_are_refused_or_kept_each_alone(
+    redis_server: RedisServer,
+) -> None:
+    # Many sessions write at once: a stale owner's write among them is
+    # refused alone, every other one is kept.
+    store = RedisStore(redis_server.url)
+    count = 60
+    barrier = threading.Barrier(count)
+    refused: list[int] = []
+
+    def writer(n: int) -> None:
+        session_id = f"s{n}"
+        store.create(session_id, record())
+        epoch = 1
+        if n % 3 == 0:
+            store.acquire(session_id, record().token_digest)  # epoch 1 is stale now
+        barrier.wait()
+        try:
+            append(store, session_id, epoch, 1, 3)
+        except SessionReplacedError:
+            refused.append(n)
+
+    try:
+        threads = [threading.Thread(target=writer, args=(n,)) for n in range(count)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert sorted(refused) == list(range(0, count, 3))
+        for n in range(count):
+            loaded = store.load(f"s{n}")
+            assert loaded is not None
+            kept = [e.sequence for e in loaded.events]
+            assert kept == ([] if n % 3 == 0 else [1, 2, 3]), n
+    finally:
+        store.close()
+
+
+def test_renewals_sent_together_answer_each_lease(store: SessionStore) -> None:
+    for session_id in ("a", "b", "c"):
+        store.create(session_id, record())
+    assert store.acquire("b", record().token_digest) is not None  # b: epoch 2 now
+    leases = [("a", 1), ("b", 1), ("c", 1), ("gone", 1), ("b", 2)]
+    assert store.renew_many(leases) == [True, False, True, False, True]
+    assert store.renew_many([]) == []
+
+
+def test_renewals_of_more_sessions_than_one_pipeline_holds(redis_server: RedisServer) -> None:
+    from supervisor.redis_store import RENEW_BATCH
+
+    store = RedisStore(redis_server.url)
+    try:
+        count = RENEW_BATCH + 7
+        for n in range(count):
+            store.create(f"s{n}", record())
+        leases = [(f"s{n}", 1 if n % 2 else 9) for n in range(count)]
+        assert store.renew_many(leases) == [n % 2 == 1 for n in range(count)]
+    finally:
+        store.close()

@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 import anyio
+import anyio.to_thread
 
 from actors._credential import ResumeToken
 from actors._errors import (
@@ -31,6 +32,7 @@ from actors._errors import (
     JournalGapError,
     SessionError,
 )
+from actors._store import identity_fingerprint
 from supervisor._async_door import AsyncSessionRegistry
 from supervisor.gateway._config import GatewayConfig, GatewayCounters
 from supervisor.gateway._core import Throttles
@@ -140,6 +142,7 @@ class Admission:
             "attachment_generation": created.attachment_generation,
         }
         try:
+            await self._bind_identity(session_id, identity)
             await self.registry.send_event(session_id, created_frame, journal=False)
         except BaseException:
             # The token never reached anyone: nobody could resume this session.
@@ -150,6 +153,21 @@ class Admission:
         self.counters.sessions_opened += 1
         return session_id, created.attachment_generation
 
+    async def _bind_identity(self, session_id: str, identity: object) -> None:
+        """With a session store: keep the opener's identity for other processes."""
+        store, fingerprint = self.registry.system.store, identity_fingerprint(identity)
+        if store is not None and fingerprint is not None:
+            await anyio.to_thread.run_sync(store.bind_identity, session_id, fingerprint)
+
+    async def _same_identity(self, session_id: str, identity: object) -> bool:
+        """A session this process did not open: is ``identity`` the one bound to
+        it in the store (true when nothing is bound, or without a store)?"""
+        store = self.registry.system.store
+        if store is None:
+            return True
+        bound = await anyio.to_thread.run_sync(store.bound_identity, session_id)
+        return bound is None or bound == identity_fingerprint(identity)
+
     def _failed_resume(self, address: str, session_id: str, error: ProtocolError) -> ProtocolError:
         return self.throttles.failed_resume(address, session_id, error, anyio.current_time())
 
@@ -158,6 +176,14 @@ class Admission:
     ) -> tuple[str, int]:
         """The seed's resume flow; the replaced socket, if any, is closed ``replaced``."""
         session_id = frame.session_id
+        if session_id not in self._identity and not await self._same_identity(session_id, identity):
+            # Held by another process, opened by another identity: refused
+            # before the token is tried, so nothing is taken over.
+            raise self._failed_resume(
+                address,
+                session_id,
+                ProtocolError("unauthorized", "this session belongs to another identity"),
+            )
         try:
             await self.registry.authenticate_resume(
                 session_id,
@@ -215,6 +241,8 @@ class Admission:
             with anyio.CancelScope(shield=True):
                 await self.registry.end_resume(session_id)
         self.counters.resumes += 1
+        if session_id not in self._session_owner:
+            self._identity[session_id] = identity  # taken over: checked here from now on
         if result.replaced_attachment is not None:
             self.counters.replaced += 1
             with anyio.move_on_after(2):

@@ -6,6 +6,13 @@ resumes with the last sequence it received and resends inputs not yet
 answered, and at the end closes its session. It checks its own stream:
 sequences contiguous from 1 with no duplicate and no gap, every input
 answered exactly once. Randomness is seeded per client from one seed.
+
+Against several gateway processes sharing one session store (`Targets`
+with more than one URL) each connect and resume picks a live process at
+random, so a resume often lands on another process and takes the session
+over there; a connection broken because its process died is a cut like any
+other, and the client resumes elsewhere. It counts the resumes that landed on
+another process, and the takeovers of sessions whose process was killed.
 """
 
 from __future__ import annotations
@@ -13,14 +20,14 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import trio
 
 from supervisor.gateway._wire_client import WireClient, WireClosedError, WireRejectedError
 
-__all__ = ["ChaosConfig", "ChaosReport", "ClientReport", "run_chaos"]
+__all__ = ["ChaosConfig", "ChaosReport", "ClientReport", "Targets", "run_chaos"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,6 +68,12 @@ class ClientReport:
     duplicated: int = 0
     errors: int = 0
     error_codes: dict[str, int] = field(default_factory=dict)
+    #: Resumes answered by another process than the client's last connection's.
+    resumes_across_processes: int = 0
+    #: Sessions whose process was killed, resumed on another one.
+    takeovers: int = 0
+    #: Sessions whose process was killed and that never resumed anywhere.
+    stranded: int = 0
 
 
 @dataclass(slots=True)
@@ -71,10 +84,48 @@ class ChaosReport:
     @property
     def ok(self) -> bool:
         t = self.totals
-        return t.lost == 0 and t.duplicated == 0 and t.errors == 0
+        return t.lost == 0 and t.duplicated == 0 and t.errors == 0 and t.stranded == 0
 
     def as_dict(self) -> dict[str, object]:
         return {"totals": dataclasses.asdict(self.totals), "ok": self.ok}
+
+
+class Targets:
+    """The gateway processes chaos clients connect to, and which of them are down."""
+
+    def __init__(self, urls: Sequence[str]) -> None:
+        if not urls:
+            raise ValueError("need at least one gateway URL")
+        self.urls = tuple(urls)
+        self.down: set[int] = set()
+        #: Per process, how many clients' latest connections went to it.
+        self.holding = [0] * len(self.urls)
+
+    @property
+    def many(self) -> bool:
+        return len(self.urls) > 1
+
+    def mark_down(self, index: int) -> None:
+        """The process at ``index`` was killed: no client picks it again."""
+        self.down.add(index)
+
+    def moved(self, before: int, after: int) -> None:
+        if before >= 0:
+            self.holding[before] -= 1
+        self.holding[after] += 1
+
+    def busiest(self) -> int:
+        """The live process holding the most clients (the first, on a tie)."""
+        live = [i for i in range(len(self.urls)) if i not in self.down]
+        return max(live, key=self.holding.__getitem__)
+
+    def pick(self, rng: random.Random) -> int:
+        live = [i for i in range(len(self.urls)) if i not in self.down]
+        return rng.choice(live) if live else 0
+
+
+#: A connection ended under the client: after its process died, a cut like any other.
+_BROKEN = (WireClosedError, trio.BrokenResourceError, OSError)
 
 
 class _RefusedError(Exception):
@@ -84,8 +135,11 @@ class _RefusedError(Exception):
 class _Client:
     """One chaos client's state and checks."""
 
-    def __init__(self, index: int, url: str, config: ChaosConfig) -> None:
-        self.url = url
+    def __init__(self, index: int, targets: Targets, config: ChaosConfig) -> None:
+        self.targets = targets
+        #: The process of the client's last connection, and of the resume in flight.
+        self.process = -1
+        self.resuming_from = -1
         self.config = config
         self.random = random.Random(config.seed * 1_000_003 + index)  # noqa: S311
         self.report = ClientReport()
@@ -122,6 +176,11 @@ class _Client:
                 self.report.answered += 1
         elif kind == "session.resumed":
             self.token = str(frame["resume_token"])
+            if self.resuming_from not in (-1, self.process):
+                self.report.resumes_across_processes += 1
+                if self.resuming_from in self.targets.down:
+                    self.report.takeovers += 1
+            self.resuming_from = -1
             replayed = frame.get("replayed")
             self.report.replayed += replayed if isinstance(replayed, int) else 0
         elif kind == "error":
@@ -129,8 +188,24 @@ class _Client:
             code = str(frame.get("code"))
             self.report.error_codes[code] = self.report.error_codes.get(code, 0) + 1
 
+    async def connect(self) -> WireClient:
+        """A connection to a live process picked at random (another, if one refuses)."""
+        attempts = len(self.targets.urls)
+        for attempt in range(attempts):
+            index = self.targets.pick(self.random)
+            try:
+                ws = await WireClient.connect(self.targets.urls[index], ca_file=self.config.ca_file)
+            except OSError:
+                if attempt + 1 == attempts or not self.targets.many:
+                    raise
+                continue
+            self.targets.moved(self.process, index)
+            self.process = index
+            return ws
+        raise AssertionError("unreachable")  # pragma: no cover
+
     async def open(self) -> WireClient:
-        ws = await WireClient.connect(self.url, ca_file=self.config.ca_file)
+        ws = await self.connect()
         await ws.send_json({"type": "session.open", "secret": self.config.secret})
         self.ws = ws
         created = await ws.receive_json()
@@ -143,7 +218,9 @@ class _Client:
         return ws
 
     async def resume(self) -> WireClient:
-        ws = self.ws = await WireClient.connect(self.url, ca_file=self.config.ca_file)
+        previous = self.process
+        ws = self.ws = await self.connect()
+        self.resuming_from = previous
         await ws.send_json(
             {
                 "type": "session.resume",
@@ -204,18 +281,31 @@ class _Client:
                 with trio.CancelScope(shield=True):
                     await self.ws.cut()
 
+    async def _pump_or_broken(self, ws: WireClient, until: float) -> bool:
+        """`pump`; with many processes, a connection its dead process broke is a cut."""
+        if not self.targets.many:
+            return await self.pump(ws, until)
+        try:
+            return await self.pump(ws, until)
+        except _BROKEN:
+            if self.process not in self.targets.down:
+                raise
+            return True  # resume elsewhere, even past the deadline: answers are owed
+
     def _count_failure(self, name: str) -> None:
         self.report.errors += 1
         self.report.error_codes[name] = self.report.error_codes.get(name, 0) + 1
 
     async def _play(self, deadline: float) -> None:
         ws = self.ws = await self.open()
-        while await self.pump(ws, deadline):
+        while await self._pump_or_broken(ws, deadline):
             await ws.cut()
             self.ws = None
             self.report.disconnects += 1
             await trio.sleep(self.random.uniform(0, self.config.max_reconnect_delay_s))
             ws = self.ws = await self.resume()
+        if self.process in self.targets.down:
+            self.report.stranded += 1  # its process died and it never got back
         # Let the last answers arrive, then end the session politely.
         with trio.move_on_after(5):
             while self.unanswered:
@@ -245,13 +335,15 @@ def _total(reports: list[ClientReport]) -> ClientReport:
 
 
 async def run_chaos(
-    url: str,
+    url: str | Targets,
     config: ChaosConfig,
     *,
     progress: Callable[[float, ClientReport], None] | None = None,
 ) -> ChaosReport:
-    """Run ``config.clients`` chaos clients against ``url``; report what they saw."""
-    clients = [_Client(i, url, config) for i in range(config.clients)]
+    """Run ``config.clients`` chaos clients against ``url`` (or every process of
+    ``url``, a `Targets`); report what they saw."""
+    targets = url if isinstance(url, Targets) else Targets([url])
+    clients = [_Client(i, targets, config) for i in range(config.clients)]
     start = trio.current_time()
     deadline = start + config.duration_s
 

@@ -141,8 +141,9 @@ class GatewayService:
     # -- the registry's observer -----------------------------------------------------
 
     def observe(self, event: LifecycleEvent) -> None:
-        """A session that ended stops its engine work and frees its place."""
-        if event.kind in ("closed", "expired", "failed"):
+        """A session that ended, or that another process took over (through a
+        session store), stops its engine work here and frees its place."""
+        if event.kind in ("closed", "expired", "failed", "replaced"):
             self.work.stop(event.session_id)
             self.admission.release(event.session_id)
         elif event.kind in ("send_timeout", "send_failed"):

@@ -6,10 +6,16 @@ all in one cancel scope that the session's end cancels. Only what the seed
 treats as the session's end stops this work (closed, expired, failed, an
 overflowed journal, the registry gone): a send that fails or times out is the
 transport's trouble, the event is journaled and a resume replays it.
+
+With a session store, an input new to this process asks the store first
+(`SessionStore.claim_input`): an input another process already answered
+(its ``response.done`` journaled, which the replay carries) is answered
+``input.duplicate``, not a second time.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -17,6 +23,7 @@ from typing import Any, Protocol
 
 import anyio
 import anyio.abc
+import anyio.to_thread
 
 from actors._errors import (
     InvalidInputError,
@@ -26,6 +33,7 @@ from actors._errors import (
     SessionFailedError,
     StoreUnavailableError,
 )
+from actors._store import input_key
 from supervisor._async_door import AsyncSessionRegistry
 from supervisor.gateway._core import InputLedger, InputVerdict
 from supervisor.gateway._engine import Engine, EngineSession, SessionEnded
@@ -132,7 +140,7 @@ class EngineWork:
             try:
                 if args is None:
                     await self.engine.start(live.session)
-                else:
+                elif await self._claimed(live.session.session_id, args[0]):
                     await self.engine.answer(live.session, *args)
             except SessionEnded:
                 pass
@@ -142,6 +150,27 @@ class EngineWork:
                 live.scopes.discard(scope)
                 if args is not None:
                     live.ledger.done()
+
+    async def _claimed(self, session_id: str, client_event_id: str) -> bool:
+        """Whether this process answers the input (always, without a store)."""
+        store = self.registry.system.store
+        if store is None:
+            return True
+        claimant, key = self.registry.system.registry_id, input_key(client_event_id)
+        while True:
+            try:
+                claimed = await anyio.to_thread.run_sync(
+                    store.claim_input, session_id, claimant, key
+                )
+            except StoreUnavailableError:
+                await anyio.sleep(STORE_RETRY_S)
+                continue
+            break
+        if claimed is False:
+            frame = {"type": "input.duplicate", "client_event_id": client_event_id}
+            with contextlib.suppress(Exception):
+                await self.registry.send_event(session_id, frame, journal=False)
+        return bool(claimed)
 
     async def _send(self, session_id: str, payload: Mapping[str, object]) -> None:
         while True:

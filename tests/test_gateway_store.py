@@ -1,0 +1,152 @@
+"""Two gateways sharing one session store (in one process, a MemoryStore):
+what each process keeps of a session it opened once another took it over.
+
+* Its place: a session taken over frees the cap it held where it was opened.
+* Its identity: a resume elsewhere must come from the identity that opened
+  the session (bound in the store), and a wrong one takes nothing over.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import trio
+
+from supervisor._memory_store import MemoryStore
+from supervisor._options import RegistryOptions
+from supervisor.gateway._auth import Handshake
+from supervisor.gateway._engine import DemoEngine, EngineConfig
+from supervisor.gateway._server import Gateway, GatewayConfig, serve_gateway
+from supervisor.gateway._wire_client import WireClient
+from tests.gateway_support import LIMIT, read_until
+
+
+def _user(handshake: Handshake) -> object:
+    return handshake.headers.get("x-user")
+
+
+@asynccontextmanager
+async def _gateways(store: MemoryStore, *, authenticate: bool) -> AsyncIterator[list[Gateway]]:
+    options = RegistryOptions(replay_ttl_s=60, replay_max_bytes_per_session=1 << 20, store=store)
+    config = GatewayConfig(port=0, max_sessions=1)
+    async with trio.open_nursery() as nursery:
+        gateways = [
+            await nursery.start(
+                functools.partial(
+                    serve_gateway,
+                    config,
+                    engine=DemoEngine(EngineConfig(event_rate_hz=50)),
+                    registry_options=options,
+                    authenticate=_user if authenticate else None,
+                )
+            )
+            for _ in range(2)
+        ]
+        yield gateways
+        nursery.cancel_scope.cancel()
+
+
+async def _open(url: str, user: str | None = None) -> tuple[WireClient, dict[str, object]]:
+    client = await WireClient.connect(url, headers={"x-user": user} if user else None)
+    await client.send_json({"type": "session.open"})
+    first = await client.receive_json()
+    return client, first
+
+
+async def _resume(url: str, created: dict[str, object], user: str | None = None) -> WireClient:
+    client = await WireClient.connect(url, headers={"x-user": user} if user else None)
+    await client.send_json(
+        {
+            "type": "session.resume",
+            "session_id": created["session_id"],
+            "resume_token": created["resume_token"],
+            "last_received_server_event_seq": 0,
+        }
+    )
+    return client
+
+
+async def _opens_once_free(url: str) -> None:
+    """Open sessions at ``url`` until one is created: refused only as ``overloaded``."""
+    while True:
+        newcomer, answer = await _open(url)
+        await newcomer.cut()
+        if answer["type"] == "session.created":
+            return
+        assert answer.get("code") == "overloaded", answer
+        await trio.sleep(0.05)
+
+
+async def test_a_session_taken_over_frees_its_place_where_it_was_opened() -> None:
+    with trio.fail_after(LIMIT):
+        async with _gateways(MemoryStore(), authenticate=False) as (first, second):
+            client, created = await _open(first.url)
+            assert created["type"] == "session.created"
+            other = await _resume(second.url, created)
+            await read_until(other, "session.resumed")
+            # The first gateway held its one place; its engine's next send is
+            # refused (taken over): the place is free for a new session.
+            await _opens_once_free(first.url)
+            await other.cut()
+            await client.cut()
+
+
+async def test_a_resume_elsewhere_needs_the_identity_that_opened_the_session() -> None:
+    store = MemoryStore()
+    with trio.fail_after(LIMIT):
+        async with _gateways(store, authenticate=True) as (first, second):
+            client, created = await _open(first.url, "alice")
+            assert created["type"] == "session.created"
+            await read_until(client, "response.output_text.delta")
+            intruder = await _resume(second.url, created, "mallory")  # the right token
+            refused = await read_until(intruder, "error")
+            assert refused[-1]["code"] == "unauthorized", refused
+            # Nothing was taken over: the owner's stream goes on, epoch 1.
+            await read_until(client, "response.output_text.delta")
+            stored = store.load(str(created["session_id"]), events=False)
+            assert stored is not None and stored.epoch == 1
+            owner = await _resume(second.url, created, "alice")
+            resumed = await read_until(owner, "session.resumed")
+            assert resumed[-1]["session_id"] == created["session_id"]
+            for c in (intruder, owner, client):
+                await c.cut()
+
+
+async def test_a_parked_session_taken_over_frees_its_place_where_it_was_opened() -> None:
+    # No stream (answers only): the first gateway's session, its client gone,
+    # is parked; another process takes it over; the first learns it at its
+    # next lease renewal (a sweep) and must free the place all the same.
+    store = MemoryStore()
+    options = RegistryOptions(
+        replay_ttl_s=60,
+        replay_max_bytes_per_session=1 << 20,
+        store=store,
+        passivate_after_s=0,
+        sweep_interval_s=0.05,
+    )
+    config = GatewayConfig(port=0, max_sessions=1)
+    with trio.fail_after(LIMIT):
+        async with trio.open_nursery() as nursery:
+            first, second = [
+                await nursery.start(
+                    functools.partial(
+                        serve_gateway,
+                        config,
+                        engine=DemoEngine(EngineConfig(event_rate_hz=0)),
+                        registry_options=options,
+                    )
+                )
+                for _ in range(2)
+            ]
+            client, created = await _open(first.url)
+            assert created["type"] == "session.created"
+            await client.cut()
+            while first.registry.stats().parked < 1:
+                await trio.sleep(0.02)
+            other = await _resume(second.url, created)
+            await read_until(other, "session.resumed")
+            await _opens_once_free(first.url)
+            await other.cut()
+            nursery.cancel_scope.cancel()
