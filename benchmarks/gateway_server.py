@@ -52,6 +52,7 @@ from supervisor.gateway._core import TransportClosedError
 from supervisor.gateway._engine import EngineSession, SessionEnded
 from supervisor.gateway._limits import LogLimiter
 from supervisor.gateway._listener import accept_forever
+from supervisor.gateway._protocol import frame_text
 from supervisor.gateway._server import Gateway, serve_gateway
 from supervisor.gateway._servers import hypercorn_settings, uvicorn_config
 from supervisor.gateway._service import GatewayService, Transport
@@ -68,10 +69,6 @@ DELTA = "the quick resumable strea"[:24]
 BIG = 1 << 30
 
 Send = Callable[[Mapping[str, object]], Awaitable[None]]
-
-
-def _dumps(frame: Mapping[str, object]) -> str:
-    return json.dumps(frame, separators=(",", ":"), ensure_ascii=False)
 
 
 async def stream_events(send: Send, rate_hz: float) -> None:
@@ -137,14 +134,14 @@ class ReferenceService:
             session_id = uuid.uuid4().hex
 
             async def to_socket(frame: Mapping[str, object]) -> None:
-                await ws.send(_dumps(frame))
+                await ws.send(frame_text(frame))
 
             sequence = 0
 
             async def floor_send(payload: Mapping[str, object]) -> None:
                 nonlocal sequence
                 sequence += 1
-                await ws.send(_dumps({**payload, "server_event_seq": sequence}))
+                await ws.send(frame_text({**payload, "server_event_seq": sequence}))
 
             async def baseline_send(payload: Mapping[str, object]) -> None:
                 await self._locks.send_event(session_id, payload)
@@ -154,7 +151,7 @@ class ReferenceService:
                 await self._locks.create(session_id, send=to_socket)
                 send = baseline_send
             created = {"type": "session.created", "session_id": session_id}
-            await ws.send(_dumps({**created, "attachment_generation": 1}))
+            await ws.send(frame_text({**created, "attachment_generation": 1}))
             async with anyio.create_task_group() as group:
                 group.start_soon(stream_events, send, self.rate_hz)
                 await self._read(ws, session_id)
