@@ -35,7 +35,6 @@ import json
 import logging
 import random
 import resource
-import socket
 import sys
 import time
 import uuid
@@ -54,7 +53,7 @@ from supervisor.gateway._limits import LogLimiter
 from supervisor.gateway._listener import accept_forever
 from supervisor.gateway._protocol import frame_text
 from supervisor.gateway._server import Gateway, serve_gateway
-from supervisor.gateway._servers import hypercorn_settings, uvicorn_config
+from supervisor.gateway._servers import hypercorn_settings, listening_socket, uvicorn_config
 from supervisor.gateway._service import GatewayService, Transport
 from supervisor.gateway.asgi import GatewayApp
 
@@ -239,9 +238,7 @@ def _serve_uvicorn(config: GatewayConfig, mode: str, rate_hz: float) -> None:
     import uvicorn  # noqa: PLC0415 - only this shell needs it
 
     # The settings of ``serve --server asgi-uvicorn``, one place for both.
-    sock = socket.socket(socket.AF_INET)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((config.host, 0))
+    sock = listening_socket(config.host, 0)
     server = uvicorn.Server(uvicorn_config(_app(config, mode, rate_hz), config, backlog=4096))
 
     async def main() -> None:
