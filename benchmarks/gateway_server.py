@@ -39,7 +39,6 @@ import json
 import logging
 import random
 import resource
-import socket
 import sys
 import time
 import uuid
@@ -57,8 +56,9 @@ from supervisor.gateway._core import TransportClosedError
 from supervisor.gateway._engine import EngineSession, SessionEnded
 from supervisor.gateway._limits import LogLimiter
 from supervisor.gateway._listener import accept_forever
+from supervisor.gateway._protocol import frame_text
 from supervisor.gateway._server import Gateway, serve_gateway
-from supervisor.gateway._servers import hypercorn_settings, uvicorn_config
+from supervisor.gateway._servers import hypercorn_settings, listening_socket, uvicorn_config
 from supervisor.gateway._service import GatewayService, Transport
 from supervisor.gateway.asgi import GatewayApp
 
@@ -73,10 +73,6 @@ DELTA = "the quick resumable strea"[:24]
 BIG = 1 << 30
 
 Send = Callable[[Mapping[str, object]], Awaitable[None]]
-
-
-def _dumps(frame: Mapping[str, object]) -> str:
-    return json.dumps(frame, separators=(",", ":"), ensure_ascii=False)
 
 
 async def stream_events(send: Send, rate_hz: float) -> None:
@@ -142,14 +138,14 @@ class ReferenceService:
             session_id = uuid.uuid4().hex
 
             async def to_socket(frame: Mapping[str, object]) -> None:
-                await ws.send(_dumps(frame))
+                await ws.send(frame_text(frame))
 
             sequence = 0
 
             async def floor_send(payload: Mapping[str, object]) -> None:
                 nonlocal sequence
                 sequence += 1
-                await ws.send(_dumps({**payload, "server_event_seq": sequence}))
+                await ws.send(frame_text({**payload, "server_event_seq": sequence}))
 
             async def baseline_send(payload: Mapping[str, object]) -> None:
                 await self._locks.send_event(session_id, payload)
@@ -159,7 +155,7 @@ class ReferenceService:
                 await self._locks.create(session_id, send=to_socket)
                 send = baseline_send
             created = {"type": "session.created", "session_id": session_id}
-            await ws.send(_dumps({**created, "attachment_generation": 1}))
+            await ws.send(frame_text({**created, "attachment_generation": 1}))
             async with anyio.create_task_group() as group:
                 group.start_soon(stream_events, send, self.rate_hz)
                 await self._read(ws, session_id)
@@ -254,9 +250,7 @@ def _serve_uvicorn(config: GatewayConfig, mode: str, rate_hz: float) -> None:
     import uvicorn  # noqa: PLC0415 - only this shell needs it
 
     # The settings of ``serve --server asgi-uvicorn``, one place for both.
-    sock = socket.socket(socket.AF_INET)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((config.host, 0))
+    sock = listening_socket(config.host, 0)
     server = uvicorn.Server(uvicorn_config(_app(config, mode, rate_hz), config, backlog=4096))
 
     async def main() -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from supervisor.gateway._auth import Handshake, TrustedProxies, bearer_secret, client_address
 from supervisor.gateway._config import GatewayConfig
@@ -26,7 +28,7 @@ from supervisor.gateway._core import (
     Throttles,
 )
 from supervisor.gateway._engine import load_engine_factory
-from supervisor.gateway._protocol import OpenSession, ProtocolError
+from supervisor.gateway._protocol import OpenSession, ProtocolError, frame_text
 
 CONFIG = GatewayConfig(
     handshake_timeout_s=5, ping_interval_s=10, idle_timeout_s=30, max_inputs_per_second=2
@@ -271,3 +273,22 @@ def test_an_input_text_is_at_most_16384_characters() -> None:
     assert isinstance(reply, Reply)
     assert (reply.frame["type"], reply.frame["code"]) == ("error", "bad_request")
     assert core.phase is Phase.OPEN  # not fatal inside a session
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@given(st.dictionaries(st.text(), _JSON, max_size=6))
+def test_frame_text_is_what_json_dumps_gives(frame: dict[str, object]) -> None:
+    # The prebuilt encoder must put on the wire exactly the text it replaced.
+    assert frame_text(frame) == json.dumps(frame, separators=(",", ":"), ensure_ascii=False)
+
+
+def test_frame_text_keeps_non_ascii_and_lone_surrogates_as_json_dumps_does() -> None:
+    frame = {"delta": 'grüße \ud800 "quoted"', "server_event_seq": 3, "t": 1.5}
+    assert frame_text(frame) == json.dumps(frame, separators=(",", ":"), ensure_ascii=False)
+    assert frame_text(frame).startswith('{"delta":"grüße')

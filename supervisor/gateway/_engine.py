@@ -15,21 +15,24 @@ task once per new input id (the gateway dedupes, caps inputs in flight and
 for the session's life). ``session.send(payload)`` journals an event and
 puts it on the client's wire if one is attached; it raises
 `SessionEnded` once the session is over, which ends the calling task
-quietly. A client that is slow or gone is the gateway's trouble, not the
-engine's: the event is journaled and replayed on resume.
+quietly. ``session.send_many(payloads)`` does the same for several events in
+one round trip (journaled all or none). A client that is slow or gone is the
+gateway's trouble, not the engine's: the event is journaled and replayed on
+resume.
 
 Engines run on the serving loop (trio, or asyncio under uvicorn): write them
 with ``anyio`` (or for the one loop you serve on).
 
 `DemoEngine` streams ``response.output_text.delta`` events at a set
-rate and answers each input with a few deltas and a ``response.done``.
+rate and answers each input with a few deltas and a ``response.done``, sent
+as one batch (``session.send_many``).
 """
 
 from __future__ import annotations
 
 import importlib
 import random
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -60,6 +63,7 @@ class EngineSession:
     #: What the gateway's ``authenticate`` hook returned for the client (``None``: none).
     identity: object
     _send: Callable[[Mapping[str, object]], Awaitable[None]] = field(repr=False)
+    _send_many: Callable[[Sequence[Mapping[str, object]]], Awaitable[None]] = field(repr=False)
 
     async def send(self, payload: Mapping[str, object]) -> None:
         """Journal ``payload`` as the session's next event and deliver it if attached.
@@ -68,6 +72,15 @@ class EngineSession:
         `SessionEnded` once the session is over.
         """
         await self._send(payload)
+
+    async def send_many(self, payloads: Sequence[Mapping[str, object]]) -> None:
+        """`send` for several events at once: one round trip to the session.
+
+        Journaled all or none, with consecutive sequences, and delivered in
+        order; what `send` raises, it raises. For events an engine has in
+        hand together (a finished answer, a decode step's output).
+        """
+        await self._send_many(payloads)
 
 
 @runtime_checkable
@@ -155,20 +168,25 @@ class DemoEngine:
         number = self._responses.get(session.session_id, 0)
         self._responses[session.session_id] = number + 1
         response_id = f"resp_{number}"
-        for _ in range(self.config.deltas_per_answer):
-            delta = {
+        answer: list[Mapping[str, object]] = [
+            {
                 "type": "response.output_text.delta",
                 "response_id": response_id,
                 "delta": self._delta(),
             }
-            await self._send(session, delta)
-        done = {
-            "type": "response.done",
-            "response_id": response_id,
-            "client_event_id": client_event_id,
-            "input_chars": len(text),
-        }
-        await self._send(session, done)
+            for _ in range(self.config.deltas_per_answer)
+        ]
+        answer.append(
+            {
+                "type": "response.done",
+                "response_id": response_id,
+                "client_event_id": client_event_id,
+                "input_chars": len(text),
+            }
+        )
+        # The whole answer is in hand at once: one batch, one round trip.
+        await session.send_many(answer)
+        self.events_produced += len(answer)
 
     def stop(self, session_id: str) -> None:
         self._responses.pop(session_id, None)

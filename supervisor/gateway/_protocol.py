@@ -24,6 +24,7 @@ the input was not answered (it may be sent again).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -39,8 +40,21 @@ __all__ = [
     "ProtocolError",
     "ResumeSession",
     "error_frame",
+    "frame_text",
     "parse_client_frame",
 ]
+
+# Built once: json.dumps builds an encoder per call for non-default options,
+# a third of its cost on a small frame. Same options, same text.
+_FRAME_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
+def frame_text(frame: Mapping[str, object]) -> str:
+    """A server frame as the text of its WebSocket message: compact JSON, not
+    ASCII-escaped (what ``json.dumps(frame, separators=(",", ":"),
+    ensure_ascii=False)`` gives)."""
+    return _FRAME_ENCODER.encode(frame)
+
 
 ErrorCode = Literal[
     "bad_request",

@@ -13,7 +13,6 @@ registry must be the door of the loop it runs on.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import time
@@ -49,7 +48,12 @@ from supervisor.gateway._core import (
 from supervisor.gateway._engine import Engine
 from supervisor.gateway._limits import LogLimiter
 from supervisor.gateway._operations import GatewayMetrics
-from supervisor.gateway._protocol import CLOSE_CODES, REPLACED_CLOSE_CODE, ProtocolError
+from supervisor.gateway._protocol import (
+    CLOSE_CODES,
+    REPLACED_CLOSE_CODE,
+    ProtocolError,
+    frame_text,
+)
 from supervisor.gateway._sessions import EngineWork, TaskSpawner
 
 __all__ = ["GOING_AWAY", "GatewayService", "Transport", "TransportClosedError"]
@@ -86,10 +90,6 @@ class _Connection:
     handshake: Handshake
     identity: object = None
     pings: anyio.abc.TaskGroup | None = None
-
-
-def _dumps(frame: Mapping[str, object]) -> str:
-    return json.dumps(frame, separators=(",", ":"), ensure_ascii=False)
 
 
 class GatewayService:
@@ -244,7 +244,7 @@ class GatewayService:
         ws, core = conn.ws, conn.core
         if isinstance(action, SendDirect):
             self._count(action.frame)
-            await ws.send(_dumps(action.frame))
+            await ws.send(frame_text(action.frame))
         elif isinstance(action, CloseSocket):
             await ws.close(action.code, action.reason)
         elif isinstance(action, EndConnection):
@@ -292,7 +292,7 @@ class GatewayService:
             started = time.perf_counter()
             self.sends_in_progress += 1
             try:
-                await ws.send(_dumps(frame))
+                await ws.send(frame_text(frame))
             finally:
                 self.sends_in_progress -= 1
             self.frames_delivered += 1
@@ -380,7 +380,7 @@ class GatewayService:
             else:
                 frame = {"type": "error", "code": error.code, "message": error.message}
                 self._count(frame)
-                await ws.send(_dumps(frame))
+                await ws.send(frame_text(frame))
                 await ws.close(CLOSE_CODES[error.code], error.code)
 
     def _count(self, frame: Mapping[str, object]) -> None:

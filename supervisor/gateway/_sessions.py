@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -94,11 +94,17 @@ class EngineWork:
 
     def start(self, session_id: str, identity: object) -> None:
         async def send(payload: Mapping[str, object]) -> None:
-            await self._send(session_id, payload)
+            await self._send(session_id, lambda: self.registry.send_event(session_id, payload))
+
+        async def send_many(payloads: Sequence[Mapping[str, object]]) -> None:
+            batch = tuple(payloads)
+            await self._send(session_id, lambda: self.registry.send_events(session_id, batch))
 
         live = _Live(
             ledger=InputLedger(max_ids=self._max_ids, max_in_flight=self._max_in_flight),
-            session=EngineSession(session_id=session_id, identity=identity, _send=send),
+            session=EngineSession(
+                session_id=session_id, identity=identity, _send=send, _send_many=send_many
+            ),
         )
         self._live[session_id] = live
         self._task_group.start_soon(self._run, live, "start", None)
@@ -172,10 +178,11 @@ class EngineWork:
                 await self.registry.send_event(session_id, frame, journal=False)
         return bool(claimed)
 
-    async def _send(self, session_id: str, payload: Mapping[str, object]) -> None:
+    async def _send(self, session_id: str, call: Callable[[], Awaitable[object]]) -> None:
+        """``call()`` (a send to the session) until it is journaled, or the session ends."""
         while True:
             try:
-                await self.registry.send_event(session_id, payload)
+                await call()
             except SessionCrashedError:
                 continue  # retryable and traceless: the crashed event was never journaled
             except StoreUnavailableError:

@@ -39,6 +39,7 @@ from wsproto.events import (
 from wsproto.utilities import LocalProtocolError
 
 from supervisor.gateway._core import TransportClosedError
+from supervisor.gateway._sendgate import SendGate
 
 __all__ = [
     "ServerWebSocket",
@@ -250,7 +251,8 @@ class ServerWebSocket:
         self._frames = frames
         self._max_message_bytes = max_message_bytes
         self._close_timeout_s = close_timeout_s
-        self._send_lock = trio.Lock()
+        # Not a trio.Lock: its acquire checkpoints even when free (see _sendgate).
+        self._send_gate = SendGate(trio.Event)
         # Small: a peer that sends faster than the gateway reads waits in TCP.
         self._inbox_in, self._inbox = trio.open_memory_channel[str | bytes](4)
         self._parts: list[str | bytes] = []
@@ -345,7 +347,7 @@ class ServerWebSocket:
     # -- sending -------------------------------------------------------------------------
 
     async def _send_event(self, event: CloseConnection | Ping | Pong | TextMessage) -> None:
-        async with self._send_lock:
+        async with self._send_gate:
             if self._aborted:
                 raise self._closed_error()
             try:

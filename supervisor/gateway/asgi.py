@@ -46,6 +46,7 @@ from supervisor.gateway._engine import DemoEngine, Engine
 from supervisor.gateway._limits import AddressCounter
 from supervisor.gateway._operations import http_routes
 from supervisor.gateway._registry import open_registry
+from supervisor.gateway._sendgate import SendGate
 from supervisor.gateway._service import GatewayService
 
 __all__ = ["GatewayApp"]
@@ -67,7 +68,8 @@ class _AsgiWebSocket:
         self._receive = receive
         self._send = send
         self._close_timeout_s = close_timeout_s
-        self._lock = anyio.Lock()
+        # Not an anyio.Lock: its acquire checkpoints even when free (see _sendgate).
+        self._lock = SendGate(anyio.Event)
         self._closed = False
         self._disconnected = False
 
