@@ -15,7 +15,7 @@ from supervisor.gateway._servers import SERVER_ALIASES, SERVERS
 __all__ = ["DEFAULT_SERVER", "SECRET_ENV", "parser", "read_secret"]
 
 SECRET_ENV = "DUPLEX_SUPERVISOR_SECRET"  # noqa: S105 - a variable name, not a secret
-#: The server ``serve`` uses unless told: the fastest measured (README, "Embedding").
+#: The server ``serve`` uses unless told: the one that needs no extra (README, "Embedding").
 DEFAULT_SERVER = "trio"
 _LEVELS = ("debug", "info", "warning", "error")
 
@@ -229,8 +229,8 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=DEFAULT_SERVER,
         help="trio: the gateway's own WebSocket server on trio ('trio-websocket' is an old "
         "name for it); asgi-uvicorn: the ASGI app under uvicorn (asyncio); asgi-hypercorn: "
-        f"the ASGI app under Hypercorn's trio worker (default {DEFAULT_SERVER}, the fastest "
-        "measured)",
+        f"the ASGI app under Hypercorn's trio worker (default {DEFAULT_SERVER}: no extra "
+        "needed; asgi-uvicorn measured fastest, with pip install 'duplex-supervisor[asgi]')",
     )
     net.add_argument(
         "--redis",
