@@ -76,6 +76,17 @@ class SessionOwner(Protocol):
 
     def session_gone(self, mailbox: SessionMailbox, actor_urn: str, reason: str) -> None: ...
 
+    def call(
+        self,
+        session_id: str,
+        command: Command,
+        reply: Reply,
+        outbox: Outbox | None = None,
+        *,
+        internal: bool = False,
+    ) -> None:
+        """Route ``command`` as a front door would (a session that left: the store)."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SessionContext:

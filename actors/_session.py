@@ -298,6 +298,16 @@ class SessionActor(pykka.ThreadingActor):
             return
         if self._binding is not None and transition.error is None and not self._persist(call):
             return
+        if isinstance(transition.error, InvalidResumeTokenError) and self._taken_over():
+            # The token may be one another process issued when it took this
+            # session over, which this process, not having written since,
+            # never heard of: let go, and route the resume again, to be taken
+            # over from the store here if the store accepts the token.
+            self._replaced()
+            self._context.owner.call(
+                self.session_id, command, call.reply, call.outbox, internal=call.internal
+            )
+            return
         if not isinstance(command, Tick | ActivationOutcome):
             self._last_active = self._context.clock()
         self.counters.count(command, transition)
@@ -338,6 +348,16 @@ class SessionActor(pykka.ThreadingActor):
             self._crashed(call, exc, retry=False)
             return False
         return True
+
+    def _taken_over(self) -> bool:
+        """Whether the store says another process owns this session now."""
+        binding = self._binding
+        if binding is None:
+            return False
+        try:
+            return not binding.store.renew(self.session_id, binding.epoch)
+        except StoreError:
+            return False  # the store cannot say: answer as this process knows it
 
     def _replaced(self) -> None:
         """Another process took this session over: let go of it here."""

@@ -173,7 +173,8 @@ class SessionStore(Protocol):
         """What `bind_identity` kept (``None``: nothing, or no such session)."""
 
     def claim_input(self, session_id: str, claimant: str, key: str) -> bool | None:
-        """Should ``claimant`` (one process) answer input ``key`` (`input_key`)?
+        """Should ``claimant`` (one process's engine work for the session) answer
+        input ``key`` (`input_key`)?
 
         ``False``: its answer was journaled, or ``claimant`` claimed it
         already; ``True``: claimed for ``claimant`` now (nobody had, or

@@ -4,6 +4,8 @@ what each process keeps of a session it opened once another took it over.
 * Its place: a session taken over frees the cap it held where it was opened.
 * Its identity: a resume elsewhere must come from the identity that opened
   the session (bound in the store), and a wrong one takes nothing over.
+* Its inputs: an input it claimed and never finished before losing the
+  session is answered once when the session comes back to it.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import trio
 from supervisor._memory_store import MemoryStore
 from supervisor._options import RegistryOptions
 from supervisor.gateway._auth import Handshake
-from supervisor.gateway._engine import DemoEngine, EngineConfig
+from supervisor.gateway._engine import DemoEngine, Engine, EngineConfig, EngineSession
 from supervisor.gateway._server import Gateway, GatewayConfig, serve_gateway
 from supervisor.gateway._wire_client import WireClient
 from tests.gateway_support import LIMIT, read_until
@@ -27,8 +29,28 @@ def _user(handshake: Handshake) -> object:
     return handshake.headers.get("x-user")
 
 
+class _HeldEngine:
+    """Answers an input with its ``response.done``, or never while ``hold``."""
+
+    def __init__(self) -> None:
+        self.hold = True
+
+    async def start(self, session: EngineSession) -> None:
+        return None
+
+    async def answer(self, session: EngineSession, client_event_id: str, text: str) -> None:
+        if self.hold:
+            await trio.sleep_forever()
+        await session.send({"type": "response.done", "client_event_id": client_event_id})
+
+    def stop(self, session_id: str) -> None:
+        return None
+
+
 @asynccontextmanager
-async def _gateways(store: MemoryStore, *, authenticate: bool) -> AsyncIterator[list[Gateway]]:
+async def _gateways(
+    store: MemoryStore, *, authenticate: bool, engine: Engine | None = None
+) -> AsyncIterator[list[Gateway]]:
     options = RegistryOptions(replay_ttl_s=60, replay_max_bytes_per_session=1 << 20, store=store)
     config = GatewayConfig(port=0, max_sessions=1)
     async with trio.open_nursery() as nursery:
@@ -37,7 +59,7 @@ async def _gateways(store: MemoryStore, *, authenticate: bool) -> AsyncIterator[
                 functools.partial(
                     serve_gateway,
                     config,
-                    engine=DemoEngine(EngineConfig(event_rate_hz=50)),
+                    engine=engine or DemoEngine(EngineConfig(event_rate_hz=50)),
                     registry_options=options,
                     authenticate=_user if authenticate else None,
                 )
@@ -150,3 +172,30 @@ async def test_a_parked_session_taken_over_frees_its_place_where_it_was_opened()
             await _opens_once_free(first.url)
             await other.cut()
             nursery.cancel_scope.cancel()
+
+
+async def test_an_input_claimed_here_and_never_finished_is_answered_when_the_session_returns() -> (
+    None
+):
+    store = MemoryStore()
+    engine = _HeldEngine()
+    with trio.fail_after(LIMIT):
+        async with _gateways(store, authenticate=False, engine=engine) as (first, second):
+            client, created = await _open(first.url)
+            assert created["type"] == "session.created"
+            await client.send_json({"type": "input", "client_event_id": "x", "text": "hi"})
+            await trio.sleep(0.05)  # the first gateway claims "x" and holds its answer
+            await client.cut()
+            elsewhere = await _resume(second.url, created)
+            resumed = await read_until(elsewhere, "session.resumed")
+            # Speaking confirms the resume here (the new token stands); "x" not resent.
+            await elsewhere.send_json({"type": "input", "client_event_id": "y", "text": "hi"})
+            await trio.sleep(0.05)
+            await elsewhere.cut()
+            engine.hold = False
+            back = await _resume(first.url, resumed[-1])
+            await read_until(back, "session.resumed")
+            await back.send_json({"type": "input", "client_event_id": "x", "text": "hi"})
+            answered = await read_until(back, "response.done", client_event_id="x")
+            assert all(f.get("type") != "input.duplicate" for f in answered), answered
+            await back.cut()

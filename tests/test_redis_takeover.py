@@ -126,6 +126,42 @@ def test_a_resume_on_another_registry_takes_the_session_over(
     assert "taken_over" in [event.kind for event in events]
 
 
+def test_a_resume_back_on_an_old_owner_that_never_heard_takes_the_session_back(
+    stores: tuple[SessionStore, SessionStore],
+) -> None:
+    """The old owner has not written since the takeover, so it still holds the
+    session with the old token: the new token, refused by its memory, is proven
+    against the store, and the old owner lets go and takes the session back."""
+    old_wire, new_wire, back_wire = Transport(), Transport(), Transport()
+    with registry(stores[0]) as a, registry(stores[1]) as b:
+        created = a.create("s", send=old_wire.send, close=old_wire.close)
+        a.send_event("s", {"n": 0})
+        moved = b.resume(
+            "s",
+            resume_token=created.resume_token.plaintext,
+            last_received_server_event_seq=1,
+            send=new_wire.send,
+            close=new_wire.close,
+        )
+        b.send_event("s", {"n": 1})
+        assert "s" in a.session_ids()  # a never heard: no write since
+        back = a.resume(
+            "s",
+            resume_token=moved.resume_token.plaintext,
+            last_received_server_event_seq=1,
+            send=back_wire.send,
+            close=back_wire.close,
+        )
+        assert [entry.sequence for entry in back.replay_entries] == [2]
+        assert old_wire.wait_closed() == ["replaced"]
+        assert a.send_event("s", {"n": 2}).sequence == 3  # type: ignore[union-attr]
+        assert back_wire.seqs() == [3]
+        # And a wrong token on a process that does own the session ends nothing.
+        with pytest.raises(InvalidResumeTokenError):
+            a.authenticate_resume("s", resume_token="wrong", last_received_server_event_seq=0)
+        assert a.send_event("s", {"n": 3}).sequence == 4  # type: ignore[union-attr]
+
+
 def test_a_wrong_token_never_ends_the_owners_lease(
     stores: tuple[SessionStore, SessionStore],
 ) -> None:

@@ -16,6 +16,7 @@ With a session store, an input new to this process asks the store first
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -60,6 +61,11 @@ _SESSION_ENDED = (KeyError, SessionFailedError, RegistryClosedError)
 class _Live:
     ledger: InputLedger
     session: EngineSession
+    #: Who claims this session's inputs in the store: this process's engine
+    #: work for the session, once. A session that left and came back here is
+    #: new work, so an input the old work claimed and never finished is
+    #: answered again (the ledger dedupes within one work's life).
+    claimant: str
     #: One per running task (a scope is entered once); the session's end cancels all.
     scopes: set[anyio.CancelScope] = field(default_factory=set)
     stopped: bool = False
@@ -85,6 +91,7 @@ class EngineWork:
         self._max_in_flight = max_inputs_in_flight
         self._on_overflow = on_overflow
         self._live: dict[str, _Live] = {}
+        self._works = itertools.count(1)
 
     def __contains__(self, session_id: str) -> bool:
         return session_id in self._live
@@ -105,6 +112,7 @@ class EngineWork:
             session=EngineSession(
                 session_id=session_id, identity=identity, _send=send, _send_many=send_many
             ),
+            claimant=f"{self.registry.system.registry_id}/{next(self._works)}",
         )
         self._live[session_id] = live
         self._task_group.start_soon(self._run, live, "start", None)
@@ -146,7 +154,7 @@ class EngineWork:
             try:
                 if args is None:
                     await self.engine.start(live.session)
-                elif await self._claimed(live.session.session_id, args[0]):
+                elif await self._claimed(live, args[0]):
                     await self.engine.answer(live.session, *args)
             except SessionEnded:
                 pass
@@ -157,12 +165,13 @@ class EngineWork:
                 if args is not None:
                     live.ledger.done()
 
-    async def _claimed(self, session_id: str, client_event_id: str) -> bool:
+    async def _claimed(self, live: _Live, client_event_id: str) -> bool:
         """Whether this process answers the input (always, without a store)."""
         store = self.registry.system.store
         if store is None:
             return True
-        claimant, key = self.registry.system.registry_id, input_key(client_event_id)
+        session_id = live.session.session_id
+        claimant, key = live.claimant, input_key(client_event_id)
         while True:
             try:
                 claimed = await anyio.to_thread.run_sync(
