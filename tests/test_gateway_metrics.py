@@ -8,10 +8,14 @@ every session the registry holds).
 
 from __future__ import annotations
 
+import logging
+
+import pytest
 import trio
 
 from supervisor import RegistryOptions
 from supervisor.gateway import DemoEngine, EngineConfig, Gateway, GatewayConfig, serve_gateway
+from supervisor.gateway._servers import log_stats
 from supervisor.gateway._wire_client import WireClient
 from tests.gateway_support import LIMIT
 
@@ -27,7 +31,9 @@ def _gauges(gateway: Gateway) -> dict[str, float]:
     return gauges
 
 
-async def test_the_sessions_gauge_counts_live_and_parked_apart() -> None:
+async def test_the_sessions_gauge_and_the_stats_line_count_live_and_parked_apart(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     options = RegistryOptions(
         replay_ttl_s=60, replay_max_bytes_per_session=1 << 20, passivate_after_s=0
     )
@@ -57,6 +63,10 @@ async def test_the_sessions_gauge_counts_live_and_parked_apart() -> None:
                     await gateway.registry.sweep()
                     await trio.sleep(0.01)
                 assert _gauges(gateway) == {"live": 1, "attached": 1, "detached": 1, "parked": 1}
+                with caplog.at_level(logging.INFO, logger="duplex_supervisor"):
+                    log_stats(gateway.service)
             finally:
                 await stays.cut()
             nursery.cancel_scope.cancel()
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("sessions=")]
+    assert line.startswith("sessions=2 live=1 parked=1 attached=1 detached=1 "), line
