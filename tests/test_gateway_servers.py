@@ -173,6 +173,7 @@ async def test_health_readiness_and_metrics(server: str) -> None:
         "duplex_session_crashes_total",
         "duplex_session_restarts_total",
         "duplex_outbox_sends_in_progress",
+        "duplex_outbox_frames_queued",
         "duplex_send_latency_seconds_bucket",
     ):
         assert any(line.startswith(name) for line in lines), name
