@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from supervisor._actor import DEFAULT_PASSIVATE_AFTER_S
 from supervisor._cli import _gateway_config
 from supervisor._cli_flags import SECRET_ENV, parser
 from supervisor.gateway._registry import registry_options_for
@@ -484,6 +485,7 @@ def test_passivate_after_reaches_the_gateways_registry(
 
 
 def test_the_gateway_config_refuses_a_passivation_that_is_no_duration() -> None:
+    assert GatewayConfig().passivate_after_s == DEFAULT_PASSIVATE_AFTER_S
     assert GatewayConfig(passivate_after_s=0).passivate_after_s == 0
     assert GatewayConfig(passivate_after_s=None).passivate_after_s is None
     for bad in (-1.0, math.inf, math.nan):

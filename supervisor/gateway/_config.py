@@ -6,8 +6,6 @@ import ipaddress
 import math
 from dataclasses import dataclass, field
 
-from supervisor._actor import DEFAULT_PASSIVATE_AFTER_S
-
 __all__ = ["GatewayConfig", "GatewayCounters"]
 
 _POSITIVE = (
@@ -52,7 +50,9 @@ class GatewayConfig:
     max_inputs_per_second: float = 20.0
     disconnect_grace_s: float | None = 60.0
     #: A session detached and idle this long is parked (no thread); None: never.
-    passivate_after_s: float | None = DEFAULT_PASSIVATE_AFTER_S
+    #: The registry's own default (``DEFAULT_PASSIVATE_AFTER_S``), spelled out:
+    #: the pure gateway modules import no actor runtime.
+    passivate_after_s: float | None = 30.0
     replay_ttl_s: float = 120.0
     replay_max_bytes_per_session: int = 4 << 20
     send_timeout_s: float = 10.0
