@@ -360,9 +360,9 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=_seconds_or_none(zero=True),
         default=DEFAULT_PASSIVATE_AFTER_S,
         metavar="SECONDS|none",
-        help="a session detached and idle this long is parked: its thread ends, its state "
-        "is kept as data and its next message wakes it; 0 parks at once, 'none' never "
-        "(default 30)",
+        help="a session detached and idle this long is parked (checked once a second): "
+        "its thread ends, its state is kept as data and its next message or resume wakes "
+        "it; 0: at the next check, 'none': never (default 30)",
     )
     limits.add_argument(
         "--replay-ttl",

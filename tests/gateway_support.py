@@ -176,6 +176,16 @@ async def reading_nothing(gateway: Gateway) -> WireClient:
     return WireClient(stream, ws, answer_pings=True)
 
 
+async def until_a_send_sticks(gateway: Gateway) -> None:
+    """Return once a send to some client is stuck: in progress, nothing delivered."""
+    service = gateway.service
+    while True:
+        delivered = service.frames_delivered
+        await trio.sleep(0.05)
+        if service.sends_in_progress and service.frames_delivered == delivered:
+            return
+
+
 def errors(frames: list[Frame]) -> list[object]:
     return [f.get("code") for f in frames if f.get("type") == "error"]
 

@@ -19,7 +19,11 @@ from supervisor.gateway import DemoEngine, EngineConfig, Gateway, GatewayConfig,
 from supervisor.gateway._engine import EngineSession
 from supervisor.gateway._servers import log_stats
 from supervisor.gateway._wire_client import WireClient
-from tests.gateway_support import LIMIT, reading_nothing
+from tests.gateway_support import (
+    LIMIT,
+    reading_nothing,
+    until_a_send_sticks,
+)
 
 
 def _gauges(gateway: Gateway) -> dict[str, float]:
@@ -116,13 +120,7 @@ async def test_the_outbox_depth_gauge_counts_frames_a_stalled_client_has_not_tak
             client = await reading_nothing(gateway)
             try:
                 await client.send_json({"type": "session.open"})
-                service = gateway.service
-                # Until a send to this client is stuck: in progress, nothing delivered.
-                while True:
-                    delivered = service.frames_delivered
-                    await trio.sleep(0.05)
-                    if service.sends_in_progress and service.frames_delivered == delivered:
-                        break
+                await until_a_send_sticks(gateway)
                 # The engine goes on: each event waits behind the stuck send.
                 while (queued := _gauge(gateway, name)) < 10:
                     await trio.sleep(0.05)

@@ -7,7 +7,14 @@ import trio
 from supervisor.gateway._engine import EngineConfig, EngineSession
 from supervisor.gateway._server import Gateway, GatewayConfig, serve_gateway
 from supervisor.gateway._wire_client import WireClient
-from tests.gateway_support import LIMIT, RATE_HZ, read_until, read_until_closed, reading_nothing
+from tests.gateway_support import (
+    LIMIT,
+    RATE_HZ,
+    read_until,
+    read_until_closed,
+    reading_nothing,
+    until_a_send_sticks,
+)
 
 
 async def test_stopping_the_gateway_closes_every_socket_going_away() -> None:
@@ -68,13 +75,7 @@ async def test_a_send_stuck_on_a_full_socket_when_stopping_still_ends_in_going_a
             client = await reading_nothing(gateway)
             try:
                 await client.send_json({"type": "session.open"})
-                service = gateway.service
-                # Until a send to this client is stuck: in progress, nothing delivered.
-                while True:
-                    delivered = service.frames_delivered
-                    await trio.sleep(0.05)
-                    if service.sends_in_progress and service.frames_delivered == delivered:
-                        break
+                await until_a_send_sticks(gateway)
                 stop.cancel()
                 frames, closed = await read_until_closed(client)
                 assert frames[0]["type"] == "session.created"
