@@ -854,3 +854,10 @@ class AsyncSessionRegistry:
     def session_ids(self) -> list[str]:
         """The ids of the sessions the registry holds now."""
         return self._system.session_ids()
+
+    def frames_queued(self) -> int:
+        """Frames waiting in the attachments' outboxes, summed: accepted for
+        delivery and not yet written (a delivery's frames count until its last
+        is written). Call it on the registry's loop; it costs a walk over the
+        outboxes and their queued deliveries, and nothing per send."""
+        return sum(outbox.frames_queued for outbox in self._outboxes)

@@ -246,6 +246,7 @@ def _gateway_config(args: argparse.Namespace) -> GatewayConfig:
         idle_timeout_s=args.idle_timeout,
         max_sessions=args.max_sessions,
         disconnect_grace_s=args.disconnect_grace,
+        passivate_after_s=args.passivate_after,
         replay_ttl_s=args.replay_ttl,
         replay_max_bytes_per_session=args.replay_max_bytes,
         send_timeout_s=args.send_timeout,
@@ -293,6 +294,7 @@ def _registry_options(config: GatewayConfig, redis_url: str | None) -> RegistryO
         replay_ttl_s=config.replay_ttl_s,
         replay_max_bytes_per_session=config.replay_max_bytes_per_session,
         disconnect_grace_s=config.disconnect_grace_s,
+        passivate_after_s=config.passivate_after_s,
         send_timeout_s=config.send_timeout_s,
         store=store,
     )

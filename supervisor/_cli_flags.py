@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
 
+from supervisor._actor import DEFAULT_PASSIVATE_AFTER_S
 from supervisor.gateway._logs import LOG_FORMATS
 from supervisor.gateway._servers import SERVER_ALIASES, SERVERS
 
@@ -104,30 +106,44 @@ def _add_logging_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _finite(value: float, text: str, off: str = "") -> float:
+    # float() takes "inf" and "1e999"; as a duration or rate infinity breaks
+    # deadlines (or means "never", which only a flag taking 'none' offers).
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be finite{off}, got {text}")
+    return value
+
+
 def _positive(kind: Callable[[str], float]) -> Callable[[str], float]:
     def parse(text: str) -> float:
         value = kind(text)
-        if not value > 0:
+        if not value > 0:  # NaN too
             raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-        return value
+        return _finite(value, text)
 
     return parse
 
 
-def _grace(text: str) -> float | None:
-    if text.strip().lower() == "none":
-        return None
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be positive or 'none', got {text}")
-    return value
+def _seconds_or_none(*, zero: bool) -> Callable[[str], float | None]:
+    """Seconds, or 'none' (off); positive, or with ``zero`` >= 0; never infinite."""
+    bound = ">= 0" if zero else "positive"
+
+    def parse(text: str) -> float | None:
+        if text.strip().lower() == "none":
+            return None
+        value = float(text)
+        if not (value >= 0 if zero else value > 0):
+            raise argparse.ArgumentTypeError(f"must be {bound} or 'none', got {text}")
+        return _finite(value, text, " ('none' turns it off)")
+
+    return parse
 
 
 def _non_negative(text: str) -> float:
     value = float(text)
     if not value >= 0:  # NaN too
         raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
+    return _finite(value, text)
 
 
 def _add_engine_flags(parser: argparse.ArgumentParser) -> None:
@@ -334,10 +350,19 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     limits.add_argument(
         "--disconnect-grace",
-        type=_grace,
+        type=_seconds_or_none(zero=False),
         default=60.0,
         help="seconds a detached session waits for a resume, or 'none' to keep detached "
         "sessions until a client closes them (default 60)",
+    )
+    limits.add_argument(
+        "--passivate-after",
+        type=_seconds_or_none(zero=True),
+        default=DEFAULT_PASSIVATE_AFTER_S,
+        metavar="SECONDS|none",
+        help="a session detached and idle this long is parked (checked once a second): "
+        "its thread ends, its state is kept as data and its next message or resume wakes "
+        "it; 0: at the next check, 'none': never (default 30)",
     )
     limits.add_argument(
         "--replay-ttl",
@@ -408,7 +433,9 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--stats-interval",
         type=_positive(float),
         default=10.0,
-        help="seconds between stats log lines (default 10)",
+        help="seconds between stats log lines: sessions held, live (with a thread) and "
+        "parked, attached and detached, events journaled, resumes, connections open, error "
+        "frames sent (default 10)",
     )
     serve.add_argument(
         "--log-interval",

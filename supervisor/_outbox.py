@@ -138,6 +138,16 @@ class OutboxCore:
     def idle(self) -> bool:
         return not self._pending
 
+    @property
+    def frames_queued(self) -> int:
+        """Frames of the deliveries accepted and not yet settled: a delivery's
+        frames count until its last one is written (or it is dropped).
+        Counted when asked (a scrape), so a send pays nothing for it."""
+        return sum(
+            1 + len(d.effect.replay) if isinstance(d.effect, Activate) else len(d.effect.frames)
+            for d in self._pending
+        )
+
     def stop(self, reason: str, *, close: bool) -> None:
         if self._retired is not None:
             return

@@ -12,10 +12,13 @@ its own mischief touched no other session.
 from __future__ import annotations
 
 import contextlib
+import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import trio
+from wsproto import ConnectionType, WSConnection
+from wsproto.events import AcceptConnection, Request
 
 from supervisor.gateway._engine import EngineConfig
 from supervisor.gateway._server import Gateway, GatewayConfig, serve_gateway
@@ -157,6 +160,30 @@ async def read_until(client: WireClient, kind: str, **fields: object) -> list[Fr
         frames.append(frame)
         if frame.get("type") == kind and all(frame.get(k) == v for k, v in fields.items()):
             return frames
+
+
+async def reading_nothing(gateway: Gateway) -> WireClient:
+    """A client with a small receive window that reads nothing after its upgrade:
+    the gateway's sends to it soon stick on a full TCP window."""
+    sock = trio.socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    await sock.connect(("127.0.0.1", gateway.port))
+    stream = trio.SocketStream(sock)
+    ws = WSConnection(ConnectionType.CLIENT)
+    await stream.send_all(ws.send(Request(host="127.0.0.1", target=gateway.config.path)))
+    while not any(isinstance(event, AcceptConnection) for event in ws.events()):
+        ws.receive_data(await stream.receive_some(65_536))
+    return WireClient(stream, ws, answer_pings=True)
+
+
+async def until_a_send_sticks(gateway: Gateway) -> None:
+    """Return once a send to some client is stuck: in progress, nothing delivered."""
+    service = gateway.service
+    while True:
+        delivered = service.frames_delivered
+        await trio.sleep(0.05)
+        if service.sends_in_progress and service.frames_delivered == delivered:
+            return
 
 
 def errors(frames: list[Frame]) -> list[object]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import signal
 import socket
@@ -17,7 +18,10 @@ from pathlib import Path
 import pytest
 import trio
 
+from supervisor._actor import DEFAULT_PASSIVATE_AFTER_S
+from supervisor._cli import _gateway_config
 from supervisor._cli_flags import SECRET_ENV, parser
+from supervisor.gateway._registry import registry_options_for
 from supervisor.gateway._server import GatewayConfig
 from supervisor.gateway._wire_client import WireClient
 from tests.gateway_support import LIMIT, read_until, read_until_closed, running_gateway
@@ -412,3 +416,78 @@ async def test_chaos_speaks_wss_with_a_ca_file_and_reports_http_statuses(tmp_pat
             )
     assert result.returncode == 2
     assert f"{wrong}: the server answered HTTP 404" in result.stderr.decode()
+
+
+def _float_flags() -> list[tuple[str, str]]:
+    """(command, flag) for every flag whose value is a number with a fraction."""
+    found = []
+    for command, sub in _subcommands().items():
+        for action in sub._actions:
+            flags = [s for s in action.option_strings if s.startswith("--")]
+            if not flags or not callable(action.type):
+                continue
+            try:
+                action.type("1.5")
+            except (ValueError, TypeError, argparse.ArgumentTypeError):
+                continue
+            found.append((command, flags[0]))
+    return found
+
+
+def test_every_duration_and_rate_flag_is_found() -> None:
+    flags = {flag for _, flag in _float_flags()}
+    assert {"--handshake-timeout", "--disconnect-grace", "--event-rate", "--drop-rate"} <= flags
+    assert {"--send-timeout", "--stats-interval", "--duration", "--passivate-after"} <= flags
+
+
+@pytest.mark.parametrize(("command", "flag"), _float_flags())
+@pytest.mark.parametrize("infinite", ["inf", "-inf", "Infinity", "1e999"])
+def test_no_flag_takes_an_infinite_value(
+    command: str, flag: str, infinite: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = [command] + (["ws://h:1/v1"] if command == "chaos" else []) + [f"{flag}={infinite}"]
+    with pytest.raises(SystemExit) as exit_info:
+        parser().parse_args(args)
+    assert exit_info.value.code == 2
+    complaint = capsys.readouterr().err
+    assert f"argument {flag}: must " in complaint, complaint
+    if not infinite.startswith("-"):
+        assert "must be finite" in complaint, complaint
+
+
+@pytest.mark.parametrize("flag", ["--disconnect-grace", "--passivate-after"])
+def test_never_is_spelled_none_not_infinity(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert getattr(parser().parse_args(["serve", flag, "none"]), flag[2:].replace("-", "_")) is None
+    with pytest.raises(SystemExit):
+        parser().parse_args(["serve", flag, "inf"])
+    assert f"argument {flag}: must be finite ('none' turns it off), got inf" in (
+        capsys.readouterr().err
+    )
+
+
+def test_serve_refuses_an_infinite_handshake_timeout() -> None:
+    result = _run("serve", "--port", "0", "--handshake-timeout", "inf")
+    assert result.returncode == 2, result.stderr
+    assert "argument --handshake-timeout: must be finite, got inf" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("flag", "after"),
+    [([], 30.0), (["--passivate-after", "none"], None), (["--passivate-after", "0.5"], 0.5)],
+)
+def test_passivate_after_reaches_the_gateways_registry(
+    flag: list[str], after: float | None
+) -> None:
+    config = _gateway_config(parser().parse_args(["serve", *flag]))
+    assert config.passivate_after_s == after
+    chosen = registry_options_for(config, None, observer=lambda event: None, faults=None)
+    assert chosen.passivate_after_s == after
+
+
+def test_the_gateway_config_refuses_a_passivation_that_is_no_duration() -> None:
+    assert GatewayConfig().passivate_after_s == DEFAULT_PASSIVATE_AFTER_S
+    assert GatewayConfig(passivate_after_s=0).passivate_after_s == 0
+    assert GatewayConfig(passivate_after_s=None).passivate_after_s is None
+    for bad in (-1.0, math.inf, math.nan):
+        with pytest.raises(ValueError, match="passivate_after_s must be None or a finite"):
+            GatewayConfig(passivate_after_s=bad)

@@ -173,6 +173,7 @@ async def test_health_readiness_and_metrics(server: str) -> None:
         "duplex_session_crashes_total",
         "duplex_session_restarts_total",
         "duplex_outbox_sends_in_progress",
+        "duplex_outbox_frames_queued",
         "duplex_send_latency_seconds_bucket",
     ):
         assert any(line.startswith(name) for line in lines), name
@@ -293,3 +294,32 @@ async def test_an_asgi_server_serves_wss(server: str, tmp_path: Path) -> None:
                 assert seq_of(await client.receive_json()) == 1
             finally:
                 await client.cut()
+
+
+def _gauge(metrics: str, name: str) -> float:
+    line = next(ln for ln in metrics.splitlines() if ln.startswith(f"{name} "))
+    return float(line.split()[1])
+
+
+@pytest.mark.parametrize("server", SERVERS)
+async def test_serve_passivate_after_parks_an_idle_detached_session(server: str) -> None:
+    flags = ("--server", server, "--event-rate", "0", "--passivate-after", "0")
+    with trio.fail_after(LIMIT):
+        async with server_process(*flags) as process:
+            stays = await WireClient.connect(_url(process))
+            await stays.send_json({"type": "session.open"})
+            assert (await stays.receive_json())["type"] == "session.created"
+            leaves = await WireClient.connect(_url(process))
+            await leaves.send_json({"type": "session.open"})
+            assert (await leaves.receive_json())["type"] == "session.created"
+            await leaves.cut()
+            # The registry sweeps once a second: the detached one parks at a sweep.
+            while True:
+                metrics = (await _http_get(process, "/metrics"))[1]
+                if _gauge(metrics, 'duplex_sessions{state="parked"}') >= 1:
+                    break
+                await trio.sleep(0.1)
+            await stays.cut()
+    assert _gauge(metrics, 'duplex_sessions{state="parked"}') == 1
+    assert _gauge(metrics, 'duplex_sessions{state="live"}') == 1
+    assert _gauge(metrics, 'duplex_sessions{state="attached"}') == 1

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-import socket
-
 import trio
-from wsproto import ConnectionType, WSConnection
-from wsproto.events import AcceptConnection, Request
 
 from supervisor.gateway._engine import EngineConfig, EngineSession
 from supervisor.gateway._server import Gateway, GatewayConfig, serve_gateway
 from supervisor.gateway._wire_client import WireClient
-from tests.gateway_support import LIMIT, RATE_HZ, read_until, read_until_closed
+from tests.gateway_support import (
+    LIMIT,
+    RATE_HZ,
+    read_until,
+    read_until_closed,
+    reading_nothing,
+    until_a_send_sticks,
+)
 
 
 async def test_stopping_the_gateway_closes_every_socket_going_away() -> None:
@@ -50,19 +53,6 @@ async def test_stopping_the_gateway_closes_every_socket_going_away() -> None:
                     await client.cut()
 
 
-async def _reading_nothing(gateway: Gateway) -> WireClient:
-    """A client with a small receive window that reads nothing after its upgrade."""
-    sock = trio.socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    await sock.connect(("127.0.0.1", gateway.port))
-    stream = trio.SocketStream(sock)
-    ws = WSConnection(ConnectionType.CLIENT)
-    await stream.send_all(ws.send(Request(host="127.0.0.1", target=gateway.config.path)))
-    while not any(isinstance(event, AcceptConnection) for event in ws.events()):
-        ws.receive_data(await stream.receive_some(65_536))
-    return WireClient(stream, ws, answer_pings=True)
-
-
 async def test_a_send_stuck_on_a_full_socket_when_stopping_still_ends_in_going_away() -> None:
     """Stopping must not cancel the registry's outbox pumps before the gateway
     said going-away: a pump cancelled in the middle of a send (here: stuck on
@@ -82,16 +72,10 @@ async def test_a_send_stuck_on_a_full_socket_when_stopping_still_ends_in_going_a
     with trio.fail_after(LIMIT):
         async with trio.open_nursery() as nursery:
             gateway: Gateway = await nursery.start(run)
-            client = await _reading_nothing(gateway)
+            client = await reading_nothing(gateway)
             try:
                 await client.send_json({"type": "session.open"})
-                service = gateway.service
-                # Until a send to this client is stuck: in progress, nothing delivered.
-                while True:
-                    delivered = service.frames_delivered
-                    await trio.sleep(0.05)
-                    if service.sends_in_progress and service.frames_delivered == delivered:
-                        break
+                await until_a_send_sticks(gateway)
                 stop.cancel()
                 frames, closed = await read_until_closed(client)
                 assert frames[0]["type"] == "session.created"

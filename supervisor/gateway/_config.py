@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import math
 from dataclasses import dataclass, field
 
 __all__ = ["GatewayConfig", "GatewayCounters"]
@@ -48,6 +49,10 @@ class GatewayConfig:
     max_inputs_in_flight: int = 8
     max_inputs_per_second: float = 20.0
     disconnect_grace_s: float | None = 60.0
+    #: A session detached and idle this long is parked (no thread); None: never.
+    #: The registry's own default (``DEFAULT_PASSIVATE_AFTER_S``), spelled out:
+    #: the pure gateway modules import no actor runtime.
+    passivate_after_s: float | None = 30.0
     replay_ttl_s: float = 120.0
     replay_max_bytes_per_session: int = 4 << 20
     send_timeout_s: float = 10.0
@@ -86,6 +91,9 @@ class GatewayConfig:
                 raise ValueError(f"trusted_proxies: {proxy!r} is no address or network") from None
         if not 0 <= self.port <= 65_535:
             raise ValueError(f"port must be within 0..65535, got {self.port}")
+        after = self.passivate_after_s
+        if after is not None and not (after >= 0 and math.isfinite(after)):
+            raise ValueError("passivate_after_s must be None or a finite number >= 0")
         for name in _POSITIVE:
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive")

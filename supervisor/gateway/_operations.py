@@ -79,6 +79,11 @@ class _Figures(Collector):
             "Sends to clients started and not finished",
             value=service.sends_in_progress,
         )
+        yield GaugeMetricFamily(
+            "duplex_outbox_frames_queued",
+            "Frames accepted for delivery to clients and not yet written, over every outbox",
+            value=service.registry.frames_queued(),
+        )
         errors = CounterMetricFamily(
             "duplex_protocol_errors", "Error frames sent, by code", labels=["code"]
         )

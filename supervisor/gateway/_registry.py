@@ -2,8 +2,9 @@
 
 ``registry_options`` (a `RegistryOptions`) is the
 registry's options when given: then `GatewayConfig`'s
-``replay_ttl_s``, ``replay_max_bytes_per_session``, ``disconnect_grace_s``
-and ``send_timeout_s`` (what ``serve``'s flags set) are not used. The
+``replay_ttl_s``, ``replay_max_bytes_per_session``, ``disconnect_grace_s``,
+``passivate_after_s`` and ``send_timeout_s`` (what ``serve``'s flags set)
+are not used. The
 gateway observes the registry itself: an ``observer`` in the options is
 called after the gateway's own, and ``faults`` given to the gateway take
 the place of the options' faults.
@@ -40,6 +41,7 @@ def registry_options_for(
             replay_ttl_s=config.replay_ttl_s,
             replay_max_bytes_per_session=config.replay_max_bytes_per_session,
             disconnect_grace_s=config.disconnect_grace_s,
+            passivate_after_s=config.passivate_after_s,
             send_timeout_s=config.send_timeout_s,
         )
     theirs = options.observer

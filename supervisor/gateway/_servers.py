@@ -142,14 +142,20 @@ async def _log_stats_trio(gateway: Gateway, interval: float) -> None:
 
 
 def log_stats(service: object) -> None:
+    """One INFO line of the registry's and the gateway's figures (``--stats-interval``):
+    ``sessions`` = ``live`` + ``parked`` = ``attached`` + ``detached``."""
     from supervisor.gateway._service import GatewayService  # noqa: PLC0415 - a type only
 
     assert isinstance(service, GatewayService)  # noqa: S101
     stats = service.registry.stats()
     logger.info(
-        "sessions=%d attached=%d events=%d resumes=%d connections_open=%d errors=%d",
+        "sessions=%d live=%d parked=%d attached=%d detached=%d events=%d resumes=%d "
+        "connections_open=%d errors=%d",
         stats.sessions,
+        stats.live,
+        stats.parked,
         stats.attached,
+        stats.detached,
         stats.events_journaled,
         stats.resumes,
         service.connections_open(),
