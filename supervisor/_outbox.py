@@ -22,6 +22,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
+import outcome
 import trio
 
 from actors._errors import ActivationAbortedError, SendTimeoutError
@@ -421,7 +422,6 @@ class BlockingTrioOutbox(TrioOutbox):
 
         super().__init__(send=send_in_thread, close=close_in_thread, **kwargs)
         self._blocking_send = blocking_send
-        self._limiter = limiter
 
     async def _send_frames(self, effect: Deliver | Activate) -> None:
         if self._faults is not None:
@@ -439,7 +439,34 @@ class BlockingTrioOutbox(TrioOutbox):
                     self.send_began = now()
                 send(frame)
 
-        await trio.to_thread.run_sync(send_all, abandon_on_cancel=True, limiter=self._limiter)
+        await self._in_worker(send_all)
+
+    async def _in_worker(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on one of trio's cached worker threads, its end reported
+        through the registry's port; a cancelled wait abandons the thread.
+
+        ``trio.to_thread.run_sync`` costs a delivery an extra scheduler pass
+        (its limiter's checkpoint) and a wake-up of its own (the port's ride
+        along with the loop's other work); the limiter here is unbounded.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        task = trio.lowlevel.current_task()
+        abandoned = False
+
+        def back(result: outcome.Outcome[None]) -> None:
+            if not abandoned:
+                trio.lowlevel.reschedule(task, result)
+
+        def report(result: outcome.Outcome[None]) -> None:
+            self._port.submit(lambda: back(result))
+
+        def abandon(_: object) -> trio.lowlevel.Abort:
+            nonlocal abandoned
+            abandoned = True
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        trio.lowlevel.start_thread_soon(fn, report)
+        await trio.lowlevel.wait_task_rescheduled(abandon)
 
 
 class AsyncioOutbox(OutboxCore):

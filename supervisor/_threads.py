@@ -17,22 +17,28 @@ import inspect
 import math
 import queue
 import threading
-from collections.abc import Awaitable, Callable, Mapping
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import outcome
 import trio
 
 from actors._errors import RegistryClosedError, SessionError, UnknownSessionError
+from actors._journal import JournalEntry
 from actors._messages import (
+    Acknowledge,
     ActivationPayloadFactory,
+    Command,
     ResumeResult,
+    SendEvent,
+    SendEvents,
     SessionCreated,
 )
 from supervisor._actor import RegistryStats, SessionSystem
-from supervisor._async_door import AsyncSessionRegistry
+from supervisor._async_door import AsyncSessionRegistry, LoopReply
 from supervisor._options import RegistryOptions
-from supervisor._outbox import BlockingTrioOutbox, TrioOutbox
+from supervisor._outbox import BlockingTrioOutbox, CoalescingPort, TrioOutbox
 from supervisor._trio_registry import TrioSessionRegistry, serve_registry
 
 __all__ = ["BlockingClose", "BlockingSend", "ThreadSessionRegistry"]
@@ -47,6 +53,37 @@ _LOOP_CHECK_S = 1.0
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
+
+
+class _ThreadReply(LoopReply):
+    """The answer a plain thread waits for: landed on the loop, it wakes the
+    thread itself (a task per call to await the answer and then wake the
+    thread was a measured cost of every blocking ``send_event``)."""
+
+    __slots__ = ("gave_up", "landed", "scope")
+
+    def __init__(self, port: CoalescingPort) -> None:
+        super().__init__(port)
+        self.landed = threading.Event()
+        #: The caller's ``TimeoutError`` once it gave up before an answer.
+        self.gave_up: TimeoutError | None = None
+        #: The scope of the task that waits for room for the call, if one does.
+        self.scope: trio.CancelScope | None = None
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    def settle_later(self, on_settled: Callable[[], None]) -> None:
+        self._on_settled = on_settled
+
+    def _wake(self) -> None:
+        self.landed.set()
+
+    def answer(self) -> Any:
+        if self.gave_up is not None:
+            raise self.gave_up
+        return self._outcome()
 
 
 class _HostedTrioRegistry(TrioSessionRegistry):
@@ -69,6 +106,54 @@ class _HostedTrioRegistry(TrioSessionRegistry):
             self.send_event_nowait(session_id, payload, journal=journal)
         except (SessionError, trio.WouldBlock) as exc:
             self.report_refused(session_id, exc)
+
+    @property
+    def port(self) -> CoalescingPort:
+        return self._port
+
+    def ask_for_thread(self, session_id: str, command: Command, reply: _ThreadReply) -> None:
+        """A blocking caller's `_ask`, landed on the loop.
+
+        While the session has room the call goes to it at once, no task;
+        otherwise a task waits for room, cancelled if the caller gives up.
+        """
+        try:
+            self._check_open()
+        except RegistryClosedError as exc:
+            reply.fail(exc)
+            return
+        self._flush(session_id)
+        pending = self._pending.get(session_id, 0)
+        if pending >= self._max_pending:
+            reply.scope = trio.CancelScope()
+            self._nursery.start_soon(self._ask_when_room, session_id, command, reply, reply.scope)
+            return
+        self._pending[session_id] = pending + 1
+        reply.settle_later(lambda: self._release(session_id))
+        self._system.call(session_id, command, reply)
+
+    async def _ask_when_room(
+        self, session_id: str, command: Command, reply: _ThreadReply, scope: trio.CancelScope
+    ) -> None:
+        try:
+            with scope:
+                reply.resolve(await self._ask(session_id, command))
+        except trio.Cancelled:
+            reply.fail(RegistryClosedError("the registry was shut down"))
+            raise
+        except BaseException as exc:  # noqa: BLE001 - it is the caller's answer
+            reply.fail(exc)
+
+    def give_up(self, reply: _ThreadReply, limit: float) -> None:
+        """The caller's ``timeout`` ran out: it gets ``TimeoutError`` unless
+        the answer landed first, and a call still waiting for room is
+        cancelled (one sent to its session stays sent, as on the async door)."""
+        if reply.done:
+            return
+        if reply.scope is not None:
+            reply.scope.cancel()
+        reply.gave_up = TimeoutError(f"no answer within {limit} s")
+        reply.landed.set()
 
     def spawn(self, async_fn: Callable[[], Awaitable[None]]) -> None:
         """Run ``async_fn`` as a task of the registry (on the loop)."""
@@ -216,6 +301,31 @@ class ThreadSessionRegistry:
                 raise RegistryClosedError("the session registry is shut down")
         return answer[0].unwrap()
 
+    def _ask(self, session_id: str, command: Command) -> Any:
+        """What the async door's plain `_ask` methods do, without a task per call.
+
+        Same order (through the port), same answer, same timeout: past it the
+        caller gets ``TimeoutError``; a call still waiting for room is
+        cancelled, one already sent to its session stays sent.
+        """
+        door = self._hosted()
+        if self._closed:
+            raise RegistryClosedError("the session registry is shut down")
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("a blocking call from the registry's own loop thread")
+        reply = _ThreadReply(door.port)
+        door.submit(lambda: door.ask_for_thread(session_id, command, reply))
+        limit = self._timeout
+        deadline = math.inf if limit is None else time.monotonic() + limit
+        while not reply.landed.wait(min(_LOOP_CHECK_S, max(deadline - time.monotonic(), 0.0))):
+            if not self._thread.is_alive():
+                raise RegistryClosedError("the session registry is shut down")
+            if limit is not None and deadline != math.inf and time.monotonic() >= deadline:
+                # Once: the loop decides, so a call is either cancelled or sent.
+                deadline = math.inf
+                door.submit(lambda: door.give_up(reply, limit))
+        return reply.answer()
+
     # -- the seed's methods, and the async door's others, blocking -----------------------
 
     def create(
@@ -235,9 +345,38 @@ class ThreadSessionRegistry:
         created: SessionCreated = self._run("create", (session_id,), kwargs)
         return created
 
-    send_event = _blocking(AsyncSessionRegistry.send_event)
-    send_events = _blocking(AsyncSessionRegistry.send_events)
-    acknowledge = _blocking(AsyncSessionRegistry.acknowledge)
+    def send_event(
+        self,
+        session_id: str,
+        payload: Mapping[str, object],
+        *,
+        journal: bool = True,
+        on_accepted: Callable[[], None] | None = None,
+    ) -> JournalEntry | None:
+        """Blocking `AsyncSessionRegistry.send_event`: the same parameters,
+        result and errors; it waits at most the registry's ``timeout``
+        (``TimeoutError``; the event stays journaled, as on the async door)."""
+        command = SendEvent(payload=payload, journal=journal, on_accepted=on_accepted)
+        entry: JournalEntry | None = self._ask(session_id, command)
+        return entry
+
+    def send_events(
+        self,
+        session_id: str,
+        payloads: Sequence[Mapping[str, object]],
+        *,
+        journal: bool = True,
+    ) -> tuple[JournalEntry | None, ...]:
+        """Blocking `AsyncSessionRegistry.send_events`, as ``send_event``."""
+        command = SendEvents(payloads=tuple(payloads), journal=journal)
+        entries: tuple[JournalEntry | None, ...] = self._ask(session_id, command)
+        return entries
+
+    def acknowledge(self, session_id: str, sequence: int) -> int:
+        """Blocking `AsyncSessionRegistry.acknowledge`, as ``send_event``."""
+        removed: int = self._ask(session_id, Acknowledge(sequence=sequence))
+        return removed
+
     detach = _blocking(AsyncSessionRegistry.detach)
     release_attachment = _blocking(AsyncSessionRegistry.release_attachment)
     begin_resume = _blocking(AsyncSessionRegistry.begin_resume)
