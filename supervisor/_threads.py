@@ -60,19 +60,39 @@ class _ThreadReply(LoopReply):
     thread itself (a task per call to await the answer and then wake the
     thread was a measured cost of every blocking ``send_event``)."""
 
-    __slots__ = ("gave_up", "landed", "scope")
+    __slots__ = ("_lock", "_sent", "gave_up", "landed", "scope")
 
     def __init__(self, port: CoalescingPort) -> None:
         super().__init__(port)
         self.landed = threading.Event()
+        # Between the loop's answer and a worker's `answer_sent`.
+        self._lock = threading.Lock()
+        self._sent = False
         #: The caller's ``TimeoutError`` once it gave up before an answer.
         self.gave_up: TimeoutError | None = None
         #: The scope of the task that waits for room for the call, if one does.
         self.scope: trio.CancelScope | None = None
 
     @property
-    def done(self) -> bool:
-        return self._done
+    def answered(self) -> bool:
+        return self._done or self._sent
+
+    def answer_sent(self, value: object) -> None:
+        """From the worker thread whose send of the event finished: answer
+        now, unless the loop answered first (the loop's later answer only
+        releases the call's slot)."""
+        with self._lock:
+            if self._done or self._sent:
+                return
+            self._sent = True
+            self._value = value
+        self.landed.set()
+
+    def _land(self, value: object, error: BaseException | None) -> None:
+        with self._lock:
+            if self._sent:
+                value, error = self._value, None
+            super()._land(value, error)
 
     def settle_later(self, on_settled: Callable[[], None]) -> None:
         self._on_settled = on_settled
@@ -148,7 +168,7 @@ class _HostedTrioRegistry(TrioSessionRegistry):
         """The caller's ``timeout`` ran out: it gets ``TimeoutError`` unless
         the answer landed first, and a call still waiting for room is
         cancelled (one sent to its session stays sent, as on the async door)."""
-        if reply.done:
+        if reply.answered:
             return
         if reply.scope is not None:
             reply.scope.cancel()

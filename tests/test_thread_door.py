@@ -7,6 +7,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 
 import pytest
 
@@ -296,3 +297,25 @@ def test_a_blocking_transports_error_reaches_the_blocking_caller() -> None:
         # As in the seed: the event stays journaled, the attachment attached.
         assert registry.has_attachment("s1")
         assert registry.acknowledge("s1", 1) == 1
+
+
+def test_blocking_sends_in_a_row_with_one_call_of_room_go_out_in_order() -> None:
+    # The caller is answered from the worker thread before the loop frees
+    # the call's slot: its next call may find no room yet, and must wait.
+    wire = Wire()
+    with _registry(max_pending_per_session=1) as registry:
+        registry.create("s1", send=wire.send_blocking, close=wire.close_blocking)
+        entries = [registry.send_event("s1", {"n": n}) for n in range(1, 201)]
+    assert [getattr(entry, "sequence", None) for entry in entries] == list(range(1, 201))
+    assert wire.sequences() == list(range(1, 201))
+
+
+def test_an_unjournaled_events_on_accepted_ran_when_its_blocking_send_returns() -> None:
+    accepted: list[int] = []
+    with _registry() as registry:
+        registry.create("s1", send=lambda frame: None, close=lambda reason: None)
+        for n in range(50):
+            registry.send_event(
+                "s1", {"n": n}, journal=False, on_accepted=partial(accepted.append, n)
+            )
+            assert accepted[-1:] == [n]
