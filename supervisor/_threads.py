@@ -1,10 +1,12 @@
 """The blocking front door, for engine threads that are not an event loop.
 
 `ThreadSessionRegistry` is the trio door run on a loop thread of its
-own, with a blocking form of every method. Its methods are not written
-again here: each is made from the async door's method of the same name, so
-the three doors share one description of the seed's methods, one outbox,
-one shutdown.
+own, with a blocking form of every method. Most are not written again
+here: each is made from the async door's method of the same name, so the
+three doors share one description of the seed's methods, one outbox, one
+shutdown. ``send_event``, ``send_events`` and ``acknowledge``, the engine's
+hot path, build their command here and go to the session without the task
+a made method runs on the loop (`supervisor._thread_loop`).
 
     with ThreadSessionRegistry(replay_ttl_s=30, replay_max_bytes_per_session=1 << 20) as reg:
         created = reg.create("s1", send=ws.send_json, close=ws.close)
@@ -24,7 +26,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import outcome
 import trio
 
-from actors._errors import RegistryClosedError, SessionError, UnknownSessionError
+from actors._errors import RegistryClosedError, UnknownSessionError
 from actors._journal import JournalEntry
 from actors._messages import (
     Acknowledge,
@@ -36,10 +38,10 @@ from actors._messages import (
     SessionCreated,
 )
 from supervisor._actor import RegistryStats, SessionSystem
-from supervisor._async_door import AsyncSessionRegistry, LoopReply
+from supervisor._async_door import AsyncSessionRegistry
 from supervisor._options import RegistryOptions
-from supervisor._outbox import BlockingTrioOutbox, CoalescingPort, TrioOutbox
-from supervisor._trio_registry import TrioSessionRegistry, serve_registry
+from supervisor._thread_loop import HostedTrioRegistry, ThreadReply
+from supervisor._trio_registry import serve_registry
 
 __all__ = ["BlockingClose", "BlockingSend", "ThreadSessionRegistry"]
 
@@ -53,134 +55,6 @@ _LOOP_CHECK_S = 1.0
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
-
-
-class _ThreadReply(LoopReply):
-    """The answer a plain thread waits for: landed on the loop, it wakes the
-    thread itself (a task per call to await the answer and then wake the
-    thread was a measured cost of every blocking ``send_event``)."""
-
-    __slots__ = ("_lock", "_sent", "gave_up", "landed", "scope")
-
-    def __init__(self, port: CoalescingPort) -> None:
-        super().__init__(port)
-        self.landed = threading.Event()
-        # Between the loop's answer and a worker's `answer_sent`.
-        self._lock = threading.Lock()
-        self._sent = False
-        #: The caller's ``TimeoutError`` once it gave up before an answer.
-        self.gave_up: TimeoutError | None = None
-        #: The scope of the task that waits for room for the call, if one does.
-        self.scope: trio.CancelScope | None = None
-
-    @property
-    def answered(self) -> bool:
-        return self._done or self._sent
-
-    def answer_sent(self, value: object) -> None:
-        """From the worker thread whose send of the event finished: answer
-        now, unless the loop answered first (the loop's later answer only
-        releases the call's slot)."""
-        with self._lock:
-            if self._done or self._sent:
-                return
-            self._sent = True
-            self._value = value
-        self.landed.set()
-
-    def _land(self, value: object, error: BaseException | None) -> None:
-        with self._lock:
-            if self._sent:
-                value, error = self._value, None
-            super()._land(value, error)
-
-    def settle_later(self, on_settled: Callable[[], None]) -> None:
-        self._on_settled = on_settled
-
-    def _wake(self) -> None:
-        self.landed.set()
-
-    def answer(self) -> Any:
-        if self.gave_up is not None:
-            raise self.gave_up
-        return self._outcome()
-
-
-class _HostedTrioRegistry(TrioSessionRegistry):
-    """The trio door on the thread door's loop: blocking transports run on threads."""
-
-    def __init__(self, *, options: RegistryOptions, nursery: trio.Nursery) -> None:
-        super().__init__(options=options, nursery=nursery)
-        # Unbounded: a hung send holds its thread, and must not hold up the
-        # sends of other attachments nor its own transport's close.
-        self._limiter = trio.CapacityLimiter(math.inf)
-
-    def pending_calls(self, session_id: str) -> int:
-        return self._pending.get(session_id, 0)
-
-    def send_event_nowait_or_report(
-        self, session_id: str, payload: Mapping[str, object], journal: bool
-    ) -> None:
-        """A thread's ``send_event_nowait``, landed on the loop: refusals are reported."""
-        try:
-            self.send_event_nowait(session_id, payload, journal=journal)
-        except (SessionError, trio.WouldBlock) as exc:
-            self.report_refused(session_id, exc)
-
-    @property
-    def port(self) -> CoalescingPort:
-        return self._port
-
-    def ask_for_thread(self, session_id: str, command: Command, reply: _ThreadReply) -> None:
-        """A blocking caller's `_ask`, landed on the loop.
-
-        While the session has room the call goes to it at once, no task;
-        otherwise a task waits for room, cancelled if the caller gives up.
-        """
-        try:
-            self._check_open()
-        except RegistryClosedError as exc:
-            reply.fail(exc)
-            return
-        self._flush(session_id)
-        pending = self._pending.get(session_id, 0)
-        if pending >= self._max_pending:
-            reply.scope = trio.CancelScope()
-            self._nursery.start_soon(self._ask_when_room, session_id, command, reply, reply.scope)
-            return
-        self._pending[session_id] = pending + 1
-        reply.settle_later(lambda: self._release(session_id))
-        self._system.call(session_id, command, reply)
-
-    async def _ask_when_room(
-        self, session_id: str, command: Command, reply: _ThreadReply, scope: trio.CancelScope
-    ) -> None:
-        try:
-            with scope:
-                reply.resolve(await self._ask(session_id, command))
-        except trio.Cancelled:
-            reply.fail(RegistryClosedError("the registry was shut down"))
-            raise
-        except BaseException as exc:  # noqa: BLE001 - it is the caller's answer
-            reply.fail(exc)
-
-    def give_up(self, reply: _ThreadReply, limit: float) -> None:
-        """The caller's ``timeout`` ran out: it gets ``TimeoutError`` unless
-        the answer landed first, and a call still waiting for room is
-        cancelled (one sent to its session stays sent, as on the async door)."""
-        if reply.answered:
-            return
-        if reply.scope is not None:
-            reply.scope.cancel()
-        reply.gave_up = TimeoutError(f"no answer within {limit} s")
-        reply.landed.set()
-
-    def spawn(self, async_fn: Callable[[], Awaitable[None]]) -> None:
-        """Run ``async_fn`` as a task of the registry (on the loop)."""
-        self._nursery.start_soon(async_fn)
-
-    def _new_outbox(self, **kwargs: Any) -> TrioOutbox:
-        return BlockingTrioOutbox(limiter=self._limiter, **kwargs)
 
 
 def _blocking(
@@ -236,7 +110,7 @@ class ThreadSessionRegistry:
         self._timeout = timeout
         self._started = threading.Event()
         self._stop: trio.Event | None = None
-        self._door: _HostedTrioRegistry | None = None
+        self._door: HostedTrioRegistry | None = None
         # The actors of a registry that was shut down: stats() still reads
         # their figures, as on the async doors.
         self._ended: SessionSystem | None = None
@@ -258,7 +132,7 @@ class ThreadSessionRegistry:
 
     async def _serve(self) -> None:
         registry: Any
-        async with serve_registry(self._options, _HostedTrioRegistry) as registry:
+        async with serve_registry(self._options, HostedTrioRegistry) as registry:
             self._door = registry
             self._stop = trio.Event()
             self._started.set()
@@ -278,7 +152,7 @@ class ThreadSessionRegistry:
         """The actors behind this registry (for tests and diagnostics)."""
         return self._hosted().system
 
-    def _hosted(self) -> _HostedTrioRegistry:
+    def _hosted(self) -> HostedTrioRegistry:
         door = self._door
         if door is None:
             raise RegistryClosedError("the session registry is shut down")
@@ -333,7 +207,7 @@ class ThreadSessionRegistry:
             raise RegistryClosedError("the session registry is shut down")
         if threading.current_thread() is self._thread:
             raise RuntimeError("a blocking call from the registry's own loop thread")
-        reply = _ThreadReply(door.port)
+        reply = ThreadReply(door.port)
         door.submit(lambda: door.ask_for_thread(session_id, command, reply))
         limit = self._timeout
         deadline = math.inf if limit is None else time.monotonic() + limit
