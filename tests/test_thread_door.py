@@ -213,7 +213,7 @@ def test_a_blocking_send_waiting_for_room_past_the_timeout_is_cancelled_unsent()
     wire = Wire()
     gate = wire.hold(1)
     try:
-        with _registry(max_pending_per_session=1, timeout=0.5, send_timeout_s=None) as registry:
+        with _registry(max_pending_per_session=1, timeout=1.0, send_timeout_s=None) as registry:
             registry.create("s1", send=wire.send_blocking, close=wire.close_blocking)
             registry.send_event_nowait("s1", {"n": 1})
             assert gate.entered.wait_blocking(WAIT)
