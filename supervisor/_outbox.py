@@ -22,6 +22,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
+import outcome
 import trio
 
 from actors._errors import ActivationAbortedError, SendTimeoutError
@@ -431,7 +432,6 @@ class BlockingTrioOutbox(TrioOutbox):
 
         super().__init__(send=send_in_thread, close=close_in_thread, **kwargs)
         self._blocking_send = blocking_send
-        self._limiter = limiter
 
     async def _send_frames(self, effect: Deliver | Activate) -> None:
         if self._faults is not None:
@@ -449,7 +449,62 @@ class BlockingTrioOutbox(TrioOutbox):
                     self.send_began = now()
                 send(frame)
 
-        await trio.to_thread.run_sync(send_all, abandon_on_cancel=True, limiter=self._limiter)
+        await self._in_worker(send_all, self._answer_from_worker(effect))
+
+    def _answer_from_worker(self, effect: Deliver | Activate) -> Callable[[], None] | None:
+        """How the worker answers a plain thread waiting for this delivery
+        once its frames went out, before the loop settles it (one thread hop
+        less per blocking ``send_event``); ``None`` if the loop must answer.
+
+        Only for an event with nothing to run on the loop first (no
+        ``on_accepted`` to call, no activation to report), and only a reply
+        with ``answer_sent(value)`` (the thread door's): the first of that
+        and the loop's own answer wins. The loop still settles the delivery,
+        after the worker's report that reached the port first, so the
+        caller's next call lands behind it.
+        """
+        if not isinstance(effect, Deliver) or effect.on_delivered is not None:
+            return None
+        delivery = self._pending[0] if self._pending else None
+        if delivery is None or delivery.effect is not effect:
+            return None
+        answer_sent: Callable[[object], None] | None = getattr(delivery.reply, "answer_sent", None)
+        if answer_sent is None:
+            return None
+        value = delivery.value
+        return lambda: answer_sent(value)
+
+    async def _in_worker(
+        self, fn: Callable[[], None], answer: Callable[[], None] | None = None
+    ) -> None:
+        """Run ``fn`` on one of trio's cached worker threads, its end reported
+        through the registry's port (then ``answer`` called there if ``fn``
+        returned); a cancelled wait abandons the thread.
+
+        ``trio.to_thread.run_sync`` costs a delivery an extra scheduler pass
+        (its limiter's checkpoint) and a wake-up of its own (the port's ride
+        along with the loop's other work); the limiter here is unbounded.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        task = trio.lowlevel.current_task()
+        abandoned = False
+
+        def back(result: outcome.Outcome[None]) -> None:
+            if not abandoned:
+                trio.lowlevel.reschedule(task, result)
+
+        def report(result: outcome.Outcome[None]) -> None:
+            self._port.submit(lambda: back(result))
+            if answer is not None and isinstance(result, outcome.Value):
+                answer()
+
+        def abandon(_: object) -> trio.lowlevel.Abort:
+            nonlocal abandoned
+            abandoned = True
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        trio.lowlevel.start_thread_soon(fn, report)
+        await trio.lowlevel.wait_task_rescheduled(abandon)
 
 
 class AsyncioOutbox(OutboxCore):

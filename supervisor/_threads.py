@@ -1,10 +1,12 @@
 """The blocking front door, for engine threads that are not an event loop.
 
 `ThreadSessionRegistry` is the trio door run on a loop thread of its
-own, with a blocking form of every method. Its methods are not written
-again here: each is made from the async door's method of the same name, so
-the three doors share one description of the seed's methods, one outbox,
-one shutdown.
+own, with a blocking form of every method. Most are not written again
+here: each is made from the async door's method of the same name, so the
+three doors share one description of the seed's methods, one outbox, one
+shutdown. ``send_event``, ``send_events`` and ``acknowledge``, the engine's
+hot path, build their command here and go to the session without the task
+a made method runs on the loop (`supervisor._thread_loop`).
 
     with ThreadSessionRegistry(replay_ttl_s=30, replay_max_bytes_per_session=1 << 20) as reg:
         created = reg.create("s1", send=ws.send_json, close=ws.close)
@@ -17,23 +19,29 @@ import inspect
 import math
 import queue
 import threading
-from collections.abc import Awaitable, Callable, Mapping
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import outcome
 import trio
 
-from actors._errors import RegistryClosedError, SessionError, UnknownSessionError
+from actors._errors import RegistryClosedError, UnknownSessionError
+from actors._journal import JournalEntry
 from actors._messages import (
+    Acknowledge,
     ActivationPayloadFactory,
+    Command,
     ResumeResult,
+    SendEvent,
+    SendEvents,
     SessionCreated,
 )
 from supervisor._actor import RegistryStats, SessionSystem
 from supervisor._async_door import AsyncSessionRegistry
 from supervisor._options import RegistryOptions
-from supervisor._outbox import BlockingTrioOutbox, TrioOutbox
-from supervisor._trio_registry import TrioSessionRegistry, serve_registry
+from supervisor._thread_loop import HostedTrioRegistry, ThreadReply
+from supervisor._trio_registry import serve_registry
 
 __all__ = ["BlockingClose", "BlockingSend", "ThreadSessionRegistry"]
 
@@ -47,35 +55,6 @@ _LOOP_CHECK_S = 1.0
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
-
-
-class _HostedTrioRegistry(TrioSessionRegistry):
-    """The trio door on the thread door's loop: blocking transports run on threads."""
-
-    def __init__(self, *, options: RegistryOptions, nursery: trio.Nursery) -> None:
-        super().__init__(options=options, nursery=nursery)
-        # Unbounded: a hung send holds its thread, and must not hold up the
-        # sends of other attachments nor its own transport's close.
-        self._limiter = trio.CapacityLimiter(math.inf)
-
-    def pending_calls(self, session_id: str) -> int:
-        return self._pending.get(session_id, 0)
-
-    def send_event_nowait_or_report(
-        self, session_id: str, payload: Mapping[str, object], journal: bool
-    ) -> None:
-        """A thread's ``send_event_nowait``, landed on the loop: refusals are reported."""
-        try:
-            self.send_event_nowait(session_id, payload, journal=journal)
-        except (SessionError, trio.WouldBlock) as exc:
-            self.report_refused(session_id, exc)
-
-    def spawn(self, async_fn: Callable[[], Awaitable[None]]) -> None:
-        """Run ``async_fn`` as a task of the registry (on the loop)."""
-        self._nursery.start_soon(async_fn)
-
-    def _new_outbox(self, **kwargs: Any) -> TrioOutbox:
-        return BlockingTrioOutbox(limiter=self._limiter, **kwargs)
 
 
 def _blocking(
@@ -131,7 +110,7 @@ class ThreadSessionRegistry:
         self._timeout = timeout
         self._started = threading.Event()
         self._stop: trio.Event | None = None
-        self._door: _HostedTrioRegistry | None = None
+        self._door: HostedTrioRegistry | None = None
         # The actors of a registry that was shut down: stats() still reads
         # their figures, as on the async doors.
         self._ended: SessionSystem | None = None
@@ -153,7 +132,7 @@ class ThreadSessionRegistry:
 
     async def _serve(self) -> None:
         registry: Any
-        async with serve_registry(self._options, _HostedTrioRegistry) as registry:
+        async with serve_registry(self._options, HostedTrioRegistry) as registry:
             self._door = registry
             self._stop = trio.Event()
             self._started.set()
@@ -173,7 +152,7 @@ class ThreadSessionRegistry:
         """The actors behind this registry (for tests and diagnostics)."""
         return self._hosted().system
 
-    def _hosted(self) -> _HostedTrioRegistry:
+    def _hosted(self) -> HostedTrioRegistry:
         door = self._door
         if door is None:
             raise RegistryClosedError("the session registry is shut down")
@@ -216,6 +195,31 @@ class ThreadSessionRegistry:
                 raise RegistryClosedError("the session registry is shut down")
         return answer[0].unwrap()
 
+    def _ask(self, session_id: str, command: Command) -> Any:
+        """What the async door's plain `_ask` methods do, without a task per call.
+
+        Same order (through the port), same answer, same timeout: past it the
+        caller gets ``TimeoutError``; a call still waiting for room is
+        cancelled, one already sent to its session stays sent.
+        """
+        door = self._hosted()
+        if self._closed:
+            raise RegistryClosedError("the session registry is shut down")
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("a blocking call from the registry's own loop thread")
+        reply = ThreadReply(door.port)
+        door.submit(lambda: door.ask_for_thread(session_id, command, reply))
+        limit = self._timeout
+        deadline = math.inf if limit is None else time.monotonic() + limit
+        while not reply.landed.wait(min(_LOOP_CHECK_S, max(deadline - time.monotonic(), 0.0))):
+            if not self._thread.is_alive():
+                raise RegistryClosedError("the session registry is shut down")
+            if limit is not None and deadline != math.inf and time.monotonic() >= deadline:
+                # Once: the loop decides, so a call is either cancelled or sent.
+                deadline = math.inf
+                door.submit(lambda: door.give_up(reply, limit))
+        return reply.answer()
+
     # -- the seed's methods, and the async door's others, blocking -----------------------
 
     def create(
@@ -235,9 +239,38 @@ class ThreadSessionRegistry:
         created: SessionCreated = self._run("create", (session_id,), kwargs)
         return created
 
-    send_event = _blocking(AsyncSessionRegistry.send_event)
-    send_events = _blocking(AsyncSessionRegistry.send_events)
-    acknowledge = _blocking(AsyncSessionRegistry.acknowledge)
+    def send_event(
+        self,
+        session_id: str,
+        payload: Mapping[str, object],
+        *,
+        journal: bool = True,
+        on_accepted: Callable[[], None] | None = None,
+    ) -> JournalEntry | None:
+        """Blocking `AsyncSessionRegistry.send_event`: the same parameters,
+        result and errors; it waits at most the registry's ``timeout``
+        (``TimeoutError``; the event stays journaled, as on the async door)."""
+        command = SendEvent(payload=payload, journal=journal, on_accepted=on_accepted)
+        entry: JournalEntry | None = self._ask(session_id, command)
+        return entry
+
+    def send_events(
+        self,
+        session_id: str,
+        payloads: Sequence[Mapping[str, object]],
+        *,
+        journal: bool = True,
+    ) -> tuple[JournalEntry | None, ...]:
+        """Blocking `AsyncSessionRegistry.send_events`, as ``send_event``."""
+        command = SendEvents(payloads=tuple(payloads), journal=journal)
+        entries: tuple[JournalEntry | None, ...] = self._ask(session_id, command)
+        return entries
+
+    def acknowledge(self, session_id: str, sequence: int) -> int:
+        """Blocking `AsyncSessionRegistry.acknowledge`, as ``send_event``."""
+        removed: int = self._ask(session_id, Acknowledge(sequence=sequence))
+        return removed
+
     detach = _blocking(AsyncSessionRegistry.detach)
     release_attachment = _blocking(AsyncSessionRegistry.release_attachment)
     begin_resume = _blocking(AsyncSessionRegistry.begin_resume)
