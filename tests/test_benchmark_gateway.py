@@ -37,7 +37,9 @@ async def test_every_server_streams_stamped_events_to_a_generator_process(
     assert point.events_per_s > 0
     assert not math.isnan(point.p50_ms)
     assert point.p50_ms <= point.p99_ms
-    assert point.server_cpu > 0
+    # /proc counts a process's CPU in 10 ms ticks: a light server (the floor)
+    # may be charged none in this short window, so only the figure's sanity.
+    assert math.isfinite(point.server_cpu) and point.server_cpu >= 0
     assert point.loader_cpu > 0
 
 
