@@ -78,9 +78,9 @@ class LoopReply:
 
     __slots__ = ("_done", "_error", "_on_settled", "_port", "_value")
 
-    def __init__(self, port: CoalescingPort, on_settled: Callable[[], None] | None = None) -> None:
+    def __init__(self, port: CoalescingPort) -> None:
         self._port = port
-        self._on_settled = on_settled
+        self._on_settled: Callable[[], None] | None = None
         self._done = False
         self._value: object = None
         self._error: BaseException | None = None
@@ -96,6 +96,10 @@ class LoopReply:
             self._land(value, error)
         else:
             self._port.submit(lambda: self._land(value, error))
+
+    def settle_later(self, on_settled: Callable[[], None]) -> None:
+        """Call ``on_settled`` once this reply is settled (set before it is sent)."""
+        self._on_settled = on_settled
 
     def _land(self, value: object, error: BaseException | None) -> None:
         if self._done:
@@ -236,7 +240,7 @@ class AsyncSessionRegistry:
 
     # -- what a loop supplies ---------------------------------------------------------
 
-    def _new_reply(self, on_settled: Callable[[], None] | None = None) -> LoopReply:
+    def _new_reply(self) -> LoopReply:
         raise NotImplementedError
 
     def _start_outbox(
@@ -382,14 +386,24 @@ class AsyncSessionRegistry:
         for session_id in list(self._bursts):
             self._flush(session_id)
 
+    def _has_room(self, session_id: str) -> bool:
+        """Whether the session has fewer than ``max_pending_per_session`` calls in flight."""
+        return self._pending.get(session_id, 0) < self._max_pending
+
+    def _call_in_room(self, session_id: str, command: Command, reply: LoopReply) -> None:
+        """Send ``command`` to its session in one of its places (`_has_room`);
+        ``reply``, once settled, gives the place back."""
+        self._pending[session_id] = self._pending.get(session_id, 0) + 1
+        reply.settle_later(lambda: self._release(session_id))
+        self._system.call(session_id, command, reply)
+
     async def _ask(self, session_id: str, command: Command) -> Any:
         self._check_open()
         self._flush(session_id)
-        while self._pending.get(session_id, 0) >= self._max_pending:
+        while not self._has_room(session_id):
             await self._wait_for_room(session_id)
-        self._pending[session_id] = self._pending.get(session_id, 0) + 1
-        reply = self._new_reply(lambda: self._release(session_id))
-        self._system.call(session_id, command, reply)
+        reply = self._new_reply()
+        self._call_in_room(session_id, command, reply)
         return await reply.wait()
 
     # -- the seed's methods ------------------------------------------------------------
@@ -531,7 +545,7 @@ class AsyncSessionRegistry:
         self._check_open()
         if not self._system.knows(session_id):
             raise UnknownSessionError(session_id)
-        if self._pending.get(session_id, 0) >= self._max_pending:
+        if not self._has_room(session_id):
             raise self._would_block(session_id)
         self._pending[session_id] = self._pending.get(session_id, 0) + 1
         # Coalesced: the events of one loop tick reach the session as one

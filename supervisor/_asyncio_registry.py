@@ -38,9 +38,8 @@ class AsyncioReply(LoopReply):
         self,
         port: CoalescingPort,
         loop: asyncio.AbstractEventLoop,
-        on_settled: Callable[[], None] | None = None,
     ) -> None:
-        super().__init__(port, on_settled)
+        super().__init__(port)
         self._future: asyncio.Future[None] = loop.create_future()
 
     def _wake(self) -> None:
@@ -84,8 +83,8 @@ class AsyncioSessionRegistry(AsyncSessionRegistry):
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _new_reply(self, on_settled: Callable[[], None] | None = None) -> LoopReply:
-        return AsyncioReply(self._port, self._loop, on_settled)
+    def _new_reply(self) -> LoopReply:
+        return AsyncioReply(self._port, self._loop)
 
     def _start_outbox(
         self, session_id: str, send: SendCallable, close: CloseCallable

@@ -64,9 +64,6 @@ class ThreadReply(LoopReply):
                 value, error = self._value, None
             super()._land(value, error)
 
-    def settle_later(self, on_settled: Callable[[], None]) -> None:
-        self._on_settled = on_settled
-
     def _wake(self) -> None:
         self.landed.set()
 
@@ -113,14 +110,11 @@ class HostedTrioRegistry(TrioSessionRegistry):
             reply.fail(exc)
             return
         self._flush(session_id)
-        pending = self._pending.get(session_id, 0)
-        if pending >= self._max_pending:
+        if not self._has_room(session_id):
             reply.scope = trio.CancelScope()
             self._nursery.start_soon(self._ask_when_room, session_id, command, reply, reply.scope)
             return
-        self._pending[session_id] = pending + 1
-        reply.settle_later(lambda: self._release(session_id))
-        self._system.call(session_id, command, reply)
+        self._call_in_room(session_id, command, reply)
 
     async def _ask_when_room(
         self, session_id: str, command: Command, reply: ThreadReply, scope: trio.CancelScope

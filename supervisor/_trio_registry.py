@@ -36,8 +36,8 @@ class TrioReply(LoopReply):
 
     __slots__ = ("_task",)
 
-    def __init__(self, port: CoalescingPort, on_settled: Callable[[], None] | None = None) -> None:
-        super().__init__(port, on_settled)
+    def __init__(self, port: CoalescingPort) -> None:
+        super().__init__(port)
         self._task: trio.lowlevel.Task | None = None
 
     def _wake(self) -> None:
@@ -76,8 +76,8 @@ class TrioSessionRegistry(AsyncSessionRegistry):
         if self._watchdog is not None:
             nursery.start_soon(self._watchdog.run, name="duplex-send-watchdog")
 
-    def _new_reply(self, on_settled: Callable[[], None] | None = None) -> LoopReply:
-        return TrioReply(self._port, on_settled)
+    def _new_reply(self) -> LoopReply:
+        return TrioReply(self._port)
 
     def _new_outbox(self, **kwargs: Any) -> TrioOutbox:
         return TrioOutbox(**kwargs)
