@@ -196,12 +196,17 @@ def identity_fingerprint(identity: object) -> str | None:
         text = json.dumps(identity, sort_keys=True, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError):
         return None
-    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
+    return _short_digest(text)
 
 
 def input_key(client_event_id: str) -> str:
     """The stored key of an input id (a digest: ids are the client's text)."""
-    return hashlib.blake2b(client_event_id.encode("utf-8"), digest_size=16).hexdigest()
+    return _short_digest(client_event_id)
+
+
+def _short_digest(text: str) -> str:
+    """32 hex characters that every process computes alike for ``text``."""
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
 
 
 #: Only an event holding this is decoded to see whether it ends an answer.
