@@ -50,6 +50,7 @@ from actors._messages import (
     CloseCallable,
     Command,
     LifecycleEvent,
+    LifecycleKind,
     Resume,
     SendCallable,
     Tick,
@@ -440,16 +441,8 @@ class SessionSystem:
                 self._unroute(mailbox)
                 self.books.parked_left(parked, reason="expired")
                 self._forget_stored(mailbox)
-                for kind, reason in (("expired", "disconnect_grace"), ("closed", None)):
-                    self.notify(
-                        LifecycleEvent(
-                            kind=kind,  # type: ignore[arg-type]
-                            session_id=parked.session_id,
-                            attachment_generation=parked.attachment_generation,
-                            lease_generation=parked.lease_generation,
-                            reason=reason,
-                        )
-                    )
+                self._notify_parked(parked, "expired", "disconnect_grace")
+                self._notify_parked(parked, "closed", None)
             return
         pruned = parked.pruned(now, self.config.replay_ttl_s)
         if pruned is not parked and mailbox.replace_parked(pruned):
@@ -524,15 +517,7 @@ class SessionSystem:
             routed.adopt(parked, taken.epoch)
             self._routes[session_id] = routed
             self.books.adopted(parked)
-            self.notify(
-                LifecycleEvent(
-                    kind="taken_over",
-                    session_id=session_id,
-                    attachment_generation=parked.attachment_generation,
-                    lease_generation=parked.lease_generation,
-                    reason="store",
-                )
-            )
+            self._notify_parked(parked, "taken_over", "store")
         if routed is None:
             answer_unknown(call.reply, call.command, session_id)
             return
@@ -540,6 +525,20 @@ class SessionSystem:
             routed.tell(call)
         except InboxClosedError:
             answer_unknown(call.reply, call.command, session_id)
+
+    def _notify_parked(
+        self, parked: ParkedSession, kind: LifecycleKind, reason: str | None
+    ) -> None:
+        """Tell the observer ``kind`` of a parked session (it has no actor to tell it)."""
+        self.notify(
+            LifecycleEvent(
+                kind=kind,
+                session_id=parked.session_id,
+                attachment_generation=parked.attachment_generation,
+                lease_generation=parked.lease_generation,
+                reason=reason,
+            )
+        )
 
     def _forget_stored(self, mailbox: SessionMailbox) -> None:
         """An expired parked session leaves the store too (if still ours)."""
@@ -569,15 +568,7 @@ class SessionSystem:
                 self._unroute(mailbox)
                 self.books.parked_left(parked, reason="replaced")
                 # As a live session's refused write does: the gateway frees its place.
-                self.notify(
-                    LifecycleEvent(
-                        kind="replaced",
-                        session_id=parked.session_id,
-                        attachment_generation=parked.attachment_generation,
-                        lease_generation=parked.lease_generation,
-                        reason="store",
-                    )
-                )
+                self._notify_parked(parked, "replaced", "store")
             else:
                 mailbox.tell_if_live(Replaced(epoch=epoch))
 
