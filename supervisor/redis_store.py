@@ -28,9 +28,10 @@ after the last RDB snapshot.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, cast
 
 import redis
@@ -291,11 +292,17 @@ class RedisStore:
         logger.warning("session store: Redis at %s unavailable: %s", self.where, exc)
         return error
 
-    def _run(self, script: Any, keys: list[str], args: list[Any]) -> Any:
+    @contextlib.contextmanager
+    def _reachable(self) -> Iterator[None]:
+        """Redis unreachable or timing out, as `StoreUnavailableError`."""
         try:
-            return script(keys=keys, args=args)
+            yield
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
             raise self._unavailable(exc) from None
+
+    def _run(self, script: Any, keys: list[str], args: list[Any]) -> Any:
+        with self._reachable():
+            return script(keys=keys, args=args)
 
     def create(self, session_id: str, record: SessionRecord) -> int:
         created = self._run(
@@ -330,7 +337,7 @@ class RedisStore:
 
     def load(self, session_id: str, *, events: bool = True) -> StoredSession | None:
         fields_key, events_key, _ = self._keys(session_id)
-        try:
+        with self._reachable():
             if events:
                 with self._client.pipeline(transaction=True) as pipe:
                     pipe.hgetall(fields_key)
@@ -338,8 +345,6 @@ class RedisStore:
                     raw_fields, raw_events = pipe.execute()
             else:
                 raw_fields, raw_events = self._client.hgetall(fields_key), []
-        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
-            raise self._unavailable(exc) from None
         if not raw_fields:
             return None
         return StoredSession(
@@ -378,17 +383,14 @@ class RedisStore:
         renewed: list[bool] = []
         for first in range(0, len(leases), RENEW_BATCH):
             batch = leases[first : first + RENEW_BATCH]
-            try:
-                with self._client.pipeline(transaction=False) as pipe:
-                    for session_id, epoch in batch:
-                        self._renew(
-                            keys=self._keys(session_id),
-                            args=[epoch, self._lease_ms, self._ttl_ms],
-                            client=pipe,
-                        )
-                    results = pipe.execute()
-            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
-                raise self._unavailable(exc) from None
+            with self._reachable(), self._client.pipeline(transaction=False) as pipe:
+                for session_id, epoch in batch:
+                    self._renew(
+                        keys=self._keys(session_id),
+                        args=[epoch, self._lease_ms, self._ttl_ms],
+                        client=pipe,
+                    )
+                results = pipe.execute()
             renewed += [result == 1 for result in results]
         return renewed
 
@@ -401,10 +403,8 @@ class RedisStore:
 
     def bound_identity(self, session_id: str) -> str | None:
         """See `SessionStore.bound_identity`."""
-        try:
+        with self._reachable():
             value = self._client.hget(self._keys(session_id)[0], "idn")
-        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
-            raise self._unavailable(exc) from None
         return None if value is None else bytes(cast(bytes, value)).decode()
 
     def claim_input(self, session_id: str, claimant: str, key: str) -> bool | None:
@@ -418,10 +418,8 @@ class RedisStore:
 
     def ping(self) -> None:
         """Raise `StoreUnavailableError` unless Redis answers."""
-        try:
+        with self._reachable():
             self._client.ping()
-        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
-            raise self._unavailable(exc) from None
 
     def close(self) -> None:
         self._client.close()
