@@ -29,6 +29,7 @@ from benchmarks.lifecycle import (
     restart,
     resume_replay,
 )
+from supervisor._extras import MissingExtraError, require
 
 SCENARIOS: dict[str, Callable[[Size], Awaitable[list[Result]]]] = {
     "send_latency": send_latency,
@@ -114,6 +115,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     names = args.only or list(SCENARIOS)
+    try:  # said before minutes of running, not after
+        if args.plot:
+            require("matplotlib", "--plot")
+        if "gateway" in names:
+            for module in ("uvicorn", "hypercorn"):  # the scenario measures every shell
+                require(module, "the gateway scenario")
+    except MissingExtraError as exc:
+        print(f"python -m benchmarks: {exc}", file=sys.stderr)
+        return 2
     size = QUICK if args.quick else FULL
     started = time.perf_counter()
 

@@ -20,6 +20,7 @@ import sys
 
 import trio
 
+from supervisor._extras import MissingExtraError, require
 from supervisor.gateway._wire_client import WireClient
 
 SERVERS = ("trio", "asgi-uvicorn", "asgi-hypercorn")
@@ -97,4 +98,9 @@ if __name__ == "__main__":
     parser.add_argument("--clients", type=int, default=20)
     parser.add_argument("--inputs", type=int, default=200)
     args = parser.parse_args()
+    try:  # it runs every server: say what is missing before the first one starts
+        for module in ("uvicorn", "hypercorn"):
+            require(module, "python -m benchmarks.gateway_servers")
+    except MissingExtraError as exc:
+        sys.exit(f"{exc}")
     trio.run(main, args.clients, args.inputs)

@@ -27,6 +27,7 @@ from supervisor._demo_processes import (
     run_processes_demo,
     serve_command,
 )
+from supervisor._extras import MissingExtraError, require
 from supervisor._options import RegistryOptions
 from supervisor.gateway._chaos import (
     ChaosConfig,
@@ -44,7 +45,7 @@ from supervisor.gateway._engine import (
 )
 from supervisor.gateway._logs import configure_logging
 from supervisor.gateway._server import Gateway, GatewayConfig, serve_gateway
-from supervisor.gateway._servers import SERVER_ALIASES, ServeOptions, run_server
+from supervisor.gateway._servers import NEEDS, SERVER_ALIASES, ServeOptions, run_server
 from supervisor.gateway._wire_client import WireClosedError
 
 __all__ = ["main"]
@@ -84,7 +85,7 @@ def _table(report: ChaosReport, gateway: Gateway | None, *, processes: int = 1) 
     return table
 
 
-def _totals_json(report: ChaosReport, *, processes: int = 1) -> str:
+def _totals_json(report: ChaosReport, gateway: Gateway | None, *, processes: int = 1) -> str:
     t = report.totals
     totals: dict[str, object] = {
         "sessions": t.sessions,
@@ -104,7 +105,15 @@ def _totals_json(report: ChaosReport, *, processes: int = 1) -> str:
         totals["resumes_across_processes"] = t.resumes_across_processes
         totals["takeovers"] = t.takeovers
         totals["stranded"] = t.stranded
-    return json.dumps({"totals": totals, "ok": report.ok})
+    result: dict[str, object] = {"totals": totals, "ok": report.ok}
+    if gateway is not None:  # the table's "server:" rows
+        stats = gateway.registry.stats()
+        result["server"] = {
+            "events_journaled": stats.events_journaled,
+            "crashes": stats.crashes,
+            "restarts": stats.restarts,
+        }
+    return json.dumps(result)
 
 
 def _chaos_config(args: argparse.Namespace) -> ChaosConfig:
@@ -121,9 +130,36 @@ def _chaos_config(args: argparse.Namespace) -> ChaosConfig:
     )
 
 
+#: Seconds between two progress lines when stderr is no terminal (a log, a pipe).
+PROGRESS_LINE_INTERVAL_S = 2.0
+
+
+def _progress_text(totals: ClientReport) -> str:
+    return (
+        f"{totals.events_delivered} events, {totals.disconnects} cuts, "
+        f"{totals.resumes} resumes, lost {totals.lost}, dup {totals.duplicated}"
+    )
+
+
 async def _run_chaos(
     url: str | Targets, config: ChaosConfig, console: Console, gateway: Gateway | None
 ) -> ChaosReport:
+    if not console.is_terminal:
+        # rich draws no bar off a terminal: a line every few seconds instead,
+        # so a long run is never silent.
+        last = -PROGRESS_LINE_INTERVAL_S
+
+        def line(elapsed: float, totals: ClientReport) -> None:
+            nonlocal last
+            if elapsed - last >= PROGRESS_LINE_INTERVAL_S:
+                last = elapsed
+                console.print(
+                    f"chaos: {min(elapsed, config.duration_s):.0f}/{config.duration_s:g} s, "
+                    + _progress_text(totals),
+                    highlight=False,
+                )
+
+        return await run_chaos(url, config, progress=line)
     with Progress(
         TextColumn("[bold]chaos[/]"),
         BarColumn(),
@@ -138,10 +174,7 @@ async def _run_chaos(
             bar.update(
                 task,
                 completed=min(elapsed, config.duration_s),
-                description=(
-                    f"{totals.events_delivered} events, {totals.disconnects} cuts, "
-                    f"{totals.resumes} resumes, lost {totals.lost}, dup {totals.duplicated}"
-                ),
+                description=_progress_text(totals),
             )
 
         return await run_chaos(url, config, progress=progress)
@@ -150,7 +183,7 @@ async def _run_chaos(
 def _finish(args: argparse.Namespace, report: ChaosReport, gateway: Gateway | None) -> int:
     processes = getattr(args, "processes", 1)
     if args.json:
-        print(_totals_json(report, processes=processes))
+        print(_totals_json(report, gateway, processes=processes))
     else:
         Console().print(_table(report, gateway, processes=processes))
     return 0 if report.ok else 1
@@ -166,6 +199,11 @@ def _engine_config(args: argparse.Namespace) -> EngineConfig:
 async def _demo(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     server = SERVER_ALIASES.get(args.server, args.server)
+    # Checked here, once: a child process would say it in its own log.
+    if server in NEEDS:
+        require(NEEDS[server], f"--server {server}")
+    if args.redis is not None:
+        require("redis", "--redis")
     if args.processes > 1 or args.redis is not None:
         return await _demo_processes(args, console, server)
     if server != "trio":
@@ -286,6 +324,7 @@ def _registry_options(config: GatewayConfig, redis_url: str | None) -> RegistryO
     """With ``--redis``: the gateway's registry options plus a RedisStore."""
     if redis_url is None:
         return None
+    require("redis", "--redis")
     from supervisor.redis_store import RedisStore  # noqa: PLC0415 - only --redis needs redis-py
 
     store = RedisStore(redis_url)
@@ -327,6 +366,10 @@ def _logging(args: argparse.Namespace) -> None:
     )
 
 
+#: Errors a user can mend (a flag, a port, a missing extra): one line, exit 2.
+_SAID_IN_ONE_LINE = (OSError, ValueError, WireClosedError, MissingExtraError)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     _logging(args)
@@ -340,14 +383,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         interrupted, others = group.split(KeyboardInterrupt)
         if interrupted is not None and others is None:
             return 130
-        known, others = group.split((OSError, ValueError, WireClosedError))
+        known, others = group.split(_SAID_IN_ONE_LINE)
         if known is None or others is not None:
             raise
         print(f"duplex-supervisor: {_first_leaf(known)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
-    except (OSError, ValueError, WireClosedError) as exc:
+    except _SAID_IN_ONE_LINE as exc:
         print(f"duplex-supervisor: {exc}", file=sys.stderr)
         return 2
 

@@ -7,8 +7,10 @@ import argparse
 import importlib.metadata
 import math
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from supervisor._actor import DEFAULT_PASSIVATE_AFTER_S
 from supervisor.gateway._logs import LOG_FORMATS
@@ -37,6 +39,17 @@ def _port(text: str) -> int:
     if not 0 <= value <= 65_535:
         raise argparse.ArgumentTypeError(f"must be within 0..65535 (0: any free port), got {text}")
     return value
+
+
+def _websocket_url(text: str) -> str:
+    parts = urlsplit(text)
+    try:
+        port = parts.port
+    except ValueError:  # a port out of range or not a number
+        port = None
+    if parts.scheme not in ("ws", "wss") or not parts.hostname or port is None:
+        raise argparse.ArgumentTypeError(f"need a ws:// or wss://host:port/path URL, got {text!r}")
+    return text
 
 
 class _RefuseSecretOnArgv(argparse.Action):
@@ -114,14 +127,53 @@ def _finite(value: float, text: str, off: str = "") -> float:
     return value
 
 
+def _number(kind: Callable[[str], float], text: str, expected: str) -> float:
+    # argparse names the parse function in its complaint ("invalid parse
+    # value"): say instead what the flag takes.
+    try:
+        return kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+
+
 def _positive(kind: Callable[[str], float]) -> Callable[[str], float]:
+    expected = "a whole number" if kind is int else "a number"
+
     def parse(text: str) -> float:
-        value = kind(text)
+        value = _number(kind, text, expected)
         if not value > 0:  # NaN too
             raise argparse.ArgumentTypeError(f"must be positive, got {text}")
         return _finite(value, text)
 
     return parse
+
+
+#: The units `byte_size` takes: binary as the help prints them, decimal too.
+_BYTE_UNITS = {
+    "": 1,
+    "b": 1,
+    "kib": 1 << 10,
+    "mib": 1 << 20,
+    "gib": 1 << 30,
+    "kb": 1000,
+    "mb": 1000**2,
+    "gb": 1000**3,
+}
+_BYTE_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*", re.IGNORECASE)
+
+
+def byte_size(text: str) -> int:
+    """A positive count of bytes: ``4194304``, ``4MiB``, ``4 MiB``, ``64KiB``, ``1MB``."""
+    match = _BYTE_SIZE.fullmatch(text)
+    unit = _BYTE_UNITS.get(match.group(2).lower()) if match else None
+    if match is None or unit is None:
+        raise argparse.ArgumentTypeError(
+            f"expected a size in bytes (65536, 64KiB, 4 MiB, 1MB), got {text!r}"
+        )
+    value = int(float(match.group(1)) * unit)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
 
 
 def _seconds_or_none(*, zero: bool) -> Callable[[str], float | None]:
@@ -131,7 +183,7 @@ def _seconds_or_none(*, zero: bool) -> Callable[[str], float | None]:
     def parse(text: str) -> float | None:
         if text.strip().lower() == "none":
             return None
-        value = float(text)
+        value = _number(float, text, "seconds (a number) or 'none'")
         if not (value >= 0 if zero else value > 0):
             raise argparse.ArgumentTypeError(f"must be {bound} or 'none', got {text}")
         return _finite(value, text, " ('none' turns it off)")
@@ -140,7 +192,7 @@ def _seconds_or_none(*, zero: bool) -> Callable[[str], float | None]:
 
 
 def _non_negative(text: str) -> float:
-    value = float(text)
+    value = _number(float, text, "a number")
     if not value >= 0:  # NaN too
         raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
     return _finite(value, text)
@@ -275,9 +327,11 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     limits = serve.add_argument_group("limits")
     limits.add_argument(
         "--max-frame-bytes",
-        type=_positive(int),
+        type=byte_size,
         default=65_536,
-        help="largest client frame answered normally (default 65536)",
+        metavar="BYTES",
+        help="largest client frame answered normally; units as 64KiB or 1MB are taken "
+        "(default 65536 = 64 KiB)",
     )
     limits.add_argument(
         "--handshake-timeout",
@@ -372,9 +426,11 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     limits.add_argument(
         "--replay-max-bytes",
-        type=_positive(int),
+        type=byte_size,
         default=4 << 20,
-        help="journal bytes per session before it overflows (default 4 MiB)",
+        metavar="BYTES",
+        help="journal bytes per session before it overflows; units as 4MiB or 512KiB are "
+        "taken (default 4 MiB)",
     )
     limits.add_argument(
         "--send-timeout",
@@ -483,7 +539,11 @@ def parser() -> argparse.ArgumentParser:
         description="Clients that cut their connections at random and resume; exit status 0 "
         "only if no event was lost or duplicated and no unexpected error came.",
     )
-    chaos.add_argument("url", help="the gateway, e.g. ws://127.0.0.1:8765/v1 or wss://...")
+    chaos.add_argument(
+        "url",
+        type=_websocket_url,
+        help="the gateway, e.g. ws://127.0.0.1:8765/v1 or wss://...",
+    )
     chaos.add_argument(
         "--ca-file",
         metavar="PATH",

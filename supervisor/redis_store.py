@@ -34,8 +34,13 @@ import logging
 from collections.abc import Iterator, Sequence
 from typing import Any, cast
 
-import redis
-import redis.exceptions
+from supervisor._extras import MissingExtraError
+
+try:
+    import redis
+    import redis.exceptions
+except ModuleNotFoundError:
+    raise MissingExtraError("redis", "supervisor.redis_store") from None
 
 from actors._errors import (
     DuplicateSessionError,

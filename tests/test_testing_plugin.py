@@ -77,3 +77,12 @@ def test_fresh(round, duplex_clock, duplex_faults, duplex_wire):
 """
     )
     suite.runpytest_subprocess("-q", "-p", "no:cacheprovider").assert_outcomes(passed=2)
+
+
+def test_the_page_names_the_extra_that_brings_pytest_trio() -> None:
+    import tomllib
+
+    pyproject = tomllib.loads((TESTING_PAGE.parent.parent / "pyproject.toml").read_text("utf-8"))
+    testing = pyproject["project"]["optional-dependencies"]["testing"]
+    assert any(requirement.startswith("pytest-trio") for requirement in testing)
+    assert "pip install 'duplex-supervisor[testing]'" in TESTING_PAGE.read_text(encoding="utf-8")

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import logging
 import signal
 import socket
@@ -32,6 +31,7 @@ from typing import Any
 
 import trio
 
+from supervisor._extras import require
 from supervisor._options import RegistryOptions
 from supervisor.gateway._auth import Authenticate
 from supervisor.gateway._config import GatewayConfig
@@ -39,7 +39,7 @@ from supervisor.gateway._engine import Engine
 from supervisor.gateway._server import Gateway, serve_gateway, ssl_context
 from supervisor.gateway.asgi import GatewayApp
 
-__all__ = ["SERVERS", "SERVER_ALIASES", "ServeOptions", "run_server"]
+__all__ = ["NEEDS", "SERVERS", "SERVER_ALIASES", "ServeOptions", "run_server"]
 
 logger = logging.getLogger("duplex_supervisor.supervisor")
 
@@ -84,20 +84,15 @@ def _url(config: GatewayConfig, port: int) -> str:
 
 
 #: The package each ASGI server needs (the ``asgi`` extra installs them).
-_NEEDS = {"asgi-uvicorn": "uvicorn", "asgi-hypercorn": "hypercorn"}
+NEEDS = {"asgi-uvicorn": "uvicorn", "asgi-hypercorn": "hypercorn"}
 
 
 def run_server(server: str, options: ServeOptions) -> int:
     """Serve with ``server`` (a name of `SERVERS` or an alias); the exit status."""
     name = SERVER_ALIASES.get(server, server)
     ssl_context(options.config)  # every server: a bad certificate or key named up front
-    if name in _NEEDS:
-        try:
-            importlib.import_module(_NEEDS[name])
-        except ImportError:
-            raise ValueError(
-                f"--server {name} needs {_NEEDS[name]}: pip install 'duplex-supervisor[asgi]'"
-            ) from None
+    if name in NEEDS:
+        require(NEEDS[name], f"--server {name}")
     if name == "trio":
         return trio.run(_serve_trio, options)
     if name == "asgi-uvicorn":
@@ -308,9 +303,13 @@ async def _serve_hypercorn(options: ServeOptions) -> int:
         registry_options=options.registry_options,
     )
     settings = hypercorn_settings(config)
-    settings.bind = [
-        f"[{config.host}]:{config.port}" if ":" in config.host else f"{config.host}:{config.port}"
-    ]
+    # Bound here, before Hypercorn runs the app's lifespan: a busy port is
+    # then the first thing said, not something after "gateway app started".
+    try:
+        sock = listening_socket(config.host, config.port)
+    except OSError as exc:
+        raise _bind_error(config, exc) from None
+    settings.bind = [f"fd://{sock.detach()}"]
     settings.graceful_timeout = config.close_timeout_s + 1
     if config.tls_cert is not None:
         settings.certfile, settings.keyfile = config.tls_cert, config.tls_key
