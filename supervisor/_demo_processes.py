@@ -109,7 +109,9 @@ async def listening_url(stream: trio.abc.ReceiveStream) -> str:
         while b"listening on" not in log or not log.endswith(b"\n"):
             chunk = await stream.receive_some()
             if not chunk:
-                raise ValueError(f"the server did not start: {log.decode(errors='replace')}")
+                # The child's own one-line error already starts with our prefix.
+                said = log.decode(errors="replace").strip().removeprefix("duplex-supervisor: ")
+                raise ValueError(f"the server did not start: {said}")
             log += chunk
     line = next(ln for ln in log.decode().splitlines() if "listening on" in ln)
     return line.rsplit(" ", 1)[-1]

@@ -186,3 +186,16 @@ def test_hypercorn_on_a_busy_port_says_so_before_anything_else() -> None:
     assert result.stderr.splitlines() == [
         f"duplex-supervisor: 127.0.0.1:{port}: Address already in use"
     ], result.stderr
+
+
+async def test_a_child_server_that_did_not_start_is_said_with_one_prefix() -> None:
+    import trio.testing
+
+    from supervisor._demo_processes import listening_url
+
+    send, receive = trio.testing.memory_stream_one_way_pair()
+    await send.send_all(b"duplex-supervisor: 127.0.0.1:8765: Address already in use\n")
+    await send.aclose()
+    with pytest.raises(ValueError) as error:
+        await listening_url(receive)
+    assert str(error.value) == "the server did not start: 127.0.0.1:8765: Address already in use"
