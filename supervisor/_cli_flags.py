@@ -170,7 +170,10 @@ def byte_size(text: str) -> int:
         raise argparse.ArgumentTypeError(
             f"expected a size in bytes (65536, 64KiB, 4 MiB, 1MB), got {text!r}"
         )
-    value = int(float(match.group(1)) * unit)
+    exact = float(match.group(1)) * unit
+    if exact != int(exact):
+        raise argparse.ArgumentTypeError(f"must be a whole number of bytes, got {text}")
+    value = int(exact)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be positive, got {text}")
     return value

@@ -109,6 +109,8 @@ def test_importing_the_redis_store_without_redis_names_the_extra() -> None:
         ("--replay-max-bytes", "4 MB of it", "expected a size in bytes"),
         ("--replay-max-bytes", "4XB", "expected a size in bytes"),
         ("--replay-max-bytes", "0KiB", "must be positive"),
+        ("--replay-max-bytes", "1.5", "must be a whole number of bytes, got 1.5"),
+        ("--replay-max-bytes", "inf", "expected a size in bytes"),
     ],
 )
 def test_a_bad_value_says_what_the_flag_takes(
