@@ -182,6 +182,13 @@ class SessionStore(Protocol):
         is not stored.
         """
 
+    def record_client_seq(self, session_id: str, client_seq: int) -> None:
+        """The gateway accepted the session's client events through ``client_seq``:
+        keep the highest such number (nothing if the session is not stored)."""
+
+    def last_client_seq(self, session_id: str) -> int:
+        """What `record_client_seq` kept (0: nothing yet, or no such session)."""
+
 
 def identity_fingerprint(identity: object) -> str | None:
     """A digest of a client's identity that another process computes alike.

@@ -151,6 +151,15 @@ if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'idn', AR
 return 1
 """
 
+# ARGV: client_seq. The session hash's ``cs`` keeps the highest.
+_RECORD_CLIENT_SEQ = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+if tonumber(redis.call('HGET', KEYS[1], 'cs') or '0') < tonumber(ARGV[1]) then
+  redis.call('HSET', KEYS[1], 'cs', ARGV[1])
+end
+return 1
+"""
+
 # ARGV: claimant, input key, ttl_ms. 1: claimed; 0: answered or ours; -1: no session.
 _CLAIM_INPUT = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
@@ -280,6 +289,7 @@ class RedisStore:
         self._delete = self._client.register_script(_DELETE)
         self._claim_input = self._client.register_script(_CLAIM_INPUT)
         self._bind_identity = self._client.register_script(_BIND_IDENTITY)
+        self._record_client_seq = self._client.register_script(_RECORD_CLIENT_SEQ)
 
     def _keys(self, session_id: str) -> list[str]:
         base = f"{self.prefix}{{{session_id}}}"
@@ -415,6 +425,16 @@ class RedisStore:
             self._claim_input, self._keys(session_id), [claimant, key, self._ttl_ms]
         )
         return None if claimed == -1 else claimed == 1
+
+    def record_client_seq(self, session_id: str, client_seq: int) -> None:
+        """See `SessionStore.record_client_seq` (a field ``cs`` of the session's hash)."""
+        self._run(self._record_client_seq, self._keys(session_id)[:1], [client_seq])
+
+    def last_client_seq(self, session_id: str) -> int:
+        """See `SessionStore.last_client_seq`."""
+        with self._reachable():
+            value = self._client.hget(self._keys(session_id)[0], "cs")
+        return 0 if value is None else int(bytes(cast(bytes, value)))
 
     def ping(self) -> None:
         """Raise `StoreUnavailableError` unless Redis answers."""

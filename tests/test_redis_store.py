@@ -414,3 +414,13 @@ def test_renewals_of_more_sessions_than_one_pipeline_holds(redis_server: RedisSe
         assert store.renew_many(leases) == [n % 2 == 1 for n in range(count)]
     finally:
         store.close()
+
+
+def test_the_last_client_seq_only_grows_and_survives_a_commit(store: SessionStore) -> None:
+    store.record_client_seq("s", 5)  # no such session: nothing kept
+    assert store.last_client_seq("s") == 0
+    epoch = store.create("s", record())
+    store.record_client_seq("s", 3)
+    store.record_client_seq("s", 2)  # an older writer's: never lowers it
+    append(store, "s", epoch, 1, 2)
+    assert store.last_client_seq("s") == 3

@@ -28,6 +28,10 @@ _POSITIVE = (
     "throttle_max_addresses",
     "log_interval_s",
     "max_inputs_per_session",
+    "max_client_events_per_second",
+    "max_client_bytes_per_second",
+    "client_ack_every",
+    "client_ack_interval_s",
 )
 
 
@@ -76,6 +80,14 @@ class GatewayConfig:
     #: Answers a session may have on their way, and distinct input ids it
     #: answers in its life (each remembered so a repeat is never answered twice).
     max_inputs_per_session: int = 100_000
+    #: Sequenced client events (``client_seq``) a connection may send: events
+    #: and bytes a second (a stream's rate: 50 audio chunks a second fit twice).
+    max_client_events_per_second: float = 100.0
+    max_client_bytes_per_second: float = 65_536.0
+    #: ``client_ack`` goes out after this many accepted client events, or this
+    #: long after the first one not yet acked, whichever comes first.
+    client_ack_every: int = 10
+    client_ack_interval_s: float = 0.2
 
     def __post_init__(self) -> None:
         if not self.path.startswith("/"):
@@ -115,3 +127,7 @@ class GatewayCounters:
     #: Connections refused before the upgrade, by the cap they hit
     #: (``total``, ``address``); ``descriptors``: shed for want of descriptors.
     refused: dict[str, int] = field(default_factory=dict)
+    #: Sequenced client events accepted (handed to the engine), and repeats
+    #: (``client_seq`` at or below the last accepted) dropped.
+    client_events_accepted: int = 0
+    client_events_repeated: int = 0

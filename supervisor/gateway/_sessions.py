@@ -7,6 +7,13 @@ treats as the session's end stops this work (closed, expired, failed, an
 overflowed journal, the registry gone): a send that fails or times out is the
 transport's trouble, the event is journaled and a resume replays it.
 
+Sequenced client events (``client_seq``) pass the session's
+`ClientSequence` here, once each: with a session store the accepted number is
+written there before the engine sees the event, so a resume on another
+process agrees on ``last_client_seq``. Each session's accepted events of the
+engine's declared types reach ``engine.on_client_event`` in order, through one
+task per session; a ``response.cancel`` cancels the scopes it names at once.
+
 With a session store, an input new to this process asks the store first
 (`SessionStore.claim_input`): an input another process already answered
 (its ``response.done`` journaled, which the replay carries) is answered
@@ -25,6 +32,7 @@ from typing import Any, Protocol
 import anyio
 import anyio.abc
 import anyio.to_thread
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from actors._errors import (
     InvalidInputError,
@@ -36,8 +44,15 @@ from actors._errors import (
 )
 from actors._store import input_key
 from supervisor._async_door import AsyncSessionRegistry
-from supervisor.gateway._core import InputLedger, InputVerdict
-from supervisor.gateway._engine import Engine, EngineSession, SessionEnded
+from supervisor.gateway._core import ClientSequence, InputLedger, InputVerdict, SequenceVerdict
+from supervisor.gateway._engine import (
+    ClientEvent,
+    Engine,
+    EngineSession,
+    SessionEnded,
+    SessionPresence,
+    client_event_types,
+)
 
 __all__ = ["EngineWork", "TaskSpawner"]
 
@@ -53,6 +68,10 @@ logger = logging.getLogger("duplex_supervisor.supervisor")
 #: How long an engine's send waits before trying an unreachable store again.
 STORE_RETRY_S = 0.2
 
+#: Accepted client events waiting for the engine, per session: past this the
+#: connection's reading waits (backpressure), nothing is dropped.
+EVENT_BUFFER = 64
+
 #: Errors of ``send_event`` that mean the session is over for good.
 _SESSION_ENDED = (KeyError, SessionFailedError, RegistryClosedError)
 
@@ -66,6 +85,9 @@ class _Live:
     #: new work, so an input the old work claimed and never finished is
     #: answered again (the ledger dedupes within one work's life).
     claimant: str
+    presence: SessionPresence
+    sequence: ClientSequence
+    events: MemoryObjectSendStream[ClientEvent] | None
     #: One per running task (a scope is entered once); the session's end cancels all.
     scopes: set[anyio.CancelScope] = field(default_factory=set)
     stopped: bool = False
@@ -83,6 +105,7 @@ class EngineWork:
         max_inputs_per_session: int,
         max_inputs_in_flight: int,
         on_overflow: Callable[[str], None] | None = None,
+        on_engine_close: Callable[[str, str], None] | None = None,
     ) -> None:
         self.registry = registry
         self.engine = engine
@@ -90,6 +113,9 @@ class EngineWork:
         self._max_ids = max_inputs_per_session
         self._max_in_flight = max_inputs_in_flight
         self._on_overflow = on_overflow
+        self._on_engine_close = on_engine_close
+        #: Client event types the engine takes (besides the gateway's own).
+        self.event_types = client_event_types(engine)
         self._live: dict[str, _Live] = {}
         self._works = itertools.count(1)
 
@@ -99,7 +125,10 @@ class EngineWork:
     def __len__(self) -> int:
         return len(self._live)
 
-    def start(self, session_id: str, identity: object) -> None:
+    def start(self, session_id: str, identity: object, *, last_client_seq: int = 0) -> None:
+        """Start the engine's work for a session; ``last_client_seq``: what the
+        session accepted before (`last_client_seq`, read before its resume)."""
+
         async def send(payload: Mapping[str, object]) -> None:
             await self._send(session_id, lambda: self.registry.send_event(session_id, payload))
 
@@ -107,15 +136,104 @@ class EngineWork:
             batch = tuple(payloads)
             await self._send(session_id, lambda: self.registry.send_events(session_id, batch))
 
+        def close(reason: str) -> None:
+            if self._on_engine_close is not None:
+                self._on_engine_close(session_id, reason)
+
+        presence = SessionPresence()
+        presence.last_client_seq = last_client_seq
+        sender: MemoryObjectSendStream[ClientEvent] | None = None
+        receiver: MemoryObjectReceiveStream[ClientEvent] | None = None
+        if self.event_types:
+            sender, receiver = anyio.create_memory_object_stream[ClientEvent](EVENT_BUFFER)
         live = _Live(
             ledger=InputLedger(max_ids=self._max_ids, max_in_flight=self._max_in_flight),
             session=EngineSession(
-                session_id=session_id, identity=identity, _send=send, _send_many=send_many
+                session_id=session_id,
+                identity=identity,
+                _send=send,
+                _send_many=send_many,
+                _close=close,
+                _presence=presence,
             ),
             claimant=f"{self.registry.system.registry_id}/{next(self._works)}",
+            presence=presence,
+            sequence=ClientSequence(last=last_client_seq),
+            events=sender,
         )
         self._live[session_id] = live
         self._task_group.start_soon(self._run, live, "start", None)
+        if receiver is not None:
+            self._task_group.start_soon(self._feed, live, receiver)
+
+    def presence(self, session_id: str) -> SessionPresence | None:
+        """The session's attachment and acks as its engine sees them (``None``: no work)."""
+        live = self._live.get(session_id)
+        return None if live is None else live.presence
+
+    async def last_client_seq(self, session_id: str) -> int:
+        """The session's last accepted ``client_seq``: this process's, or the
+        store's for a session another process held (0: none)."""
+        live = self._live.get(session_id)
+        if live is not None:
+            return live.sequence.last
+        store = self.registry.system.store
+        if store is None:
+            return 0
+        return int(await self._store_call(store.last_client_seq, session_id))
+
+    async def deliver(
+        self, session_id: str, event: ClientEvent
+    ) -> tuple[SequenceVerdict, int] | None:
+        """Sequence ``event`` against its session and hand an accepted one on:
+        the verdict and the session's last accepted ``client_seq``; ``None``: no
+        such session. An accepted ``input`` is for the caller to answer."""
+        live = self._live.get(session_id)
+        if live is None:
+            return None
+        verdict = live.sequence.accept(event.client_seq)
+        last = live.sequence.last
+        if verdict != "accepted":
+            return verdict, last
+        live.presence.last_client_seq = last
+        store = self.registry.system.store
+        if store is not None:
+            await self._store_call(store.record_client_seq, session_id, last)
+        if event.type == "response.cancel":
+            response_id = event.fields.get("response_id")
+            if isinstance(response_id, str):
+                live.presence.cancel(response_id)
+        if live.events is not None and event.type in self.event_types:
+            with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                await live.events.send(event)
+        return verdict, last
+
+    async def _store_call(self, call: Callable[..., Any], *args: Any) -> Any:
+        """``call(*args)`` in a thread, until the store answers."""
+        while True:
+            try:
+                return await anyio.to_thread.run_sync(call, *args)
+            except StoreUnavailableError:
+                await anyio.sleep(STORE_RETRY_S)
+
+    async def _feed(self, live: _Live, events: MemoryObjectReceiveStream[ClientEvent]) -> None:
+        """One session's client events to ``engine.on_client_event``, in order."""
+        handle = getattr(self.engine, "on_client_event")  # noqa: B009 - declared, checked
+        scope = anyio.CancelScope()
+        if live.stopped:
+            scope.cancel()
+        live.scopes.add(scope)
+        with scope, events:
+            try:
+                async for event in events:
+                    try:
+                        await handle(live.session, event)
+                    except SessionEnded:
+                        return
+                    except Exception:
+                        logger.exception("the engine's on_client_event failed")
+            finally:
+                live.scopes.discard(scope)
 
     def answer(self, session_id: str, client_event_id: str, text: str) -> InputVerdict | None:
         """The ledger's verdict (an ``"answer"`` is started); ``None``: no such session."""
@@ -133,6 +251,8 @@ class EngineWork:
         if live is None:
             return
         live.stopped = True
+        if live.events is not None:
+            live.events.close()
         for scope in live.scopes:
             scope.cancel()
         try:
@@ -155,7 +275,9 @@ class EngineWork:
                 if args is None:
                     await self.engine.start(live.session)
                 elif await self._claimed(live, args[0]):
-                    await self.engine.answer(live.session, *args)
+                    # An answer is cancellable by its input's id (barge-in).
+                    with live.session.cancellable(args[0]):
+                        await self.engine.answer(live.session, *args)
             except SessionEnded:
                 pass
             except Exception:
@@ -171,16 +293,9 @@ class EngineWork:
         if store is None:
             return True
         session_id = live.session.session_id
-        claimant, key = live.claimant, input_key(client_event_id)
-        while True:
-            try:
-                claimed = await anyio.to_thread.run_sync(
-                    store.claim_input, session_id, claimant, key
-                )
-            except StoreUnavailableError:
-                await anyio.sleep(STORE_RETRY_S)
-                continue
-            break
+        claimed = await self._store_call(
+            store.claim_input, session_id, live.claimant, input_key(client_event_id)
+        )
         if claimed is False:
             frame = {"type": "input.duplicate", "client_event_id": client_event_id}
             with contextlib.suppress(Exception):
