@@ -95,6 +95,8 @@ class MemoryStore:
                 entry.record = replace(entry.record, next_sequence=top + 1)
             for key in commit.settles:
                 entry.inputs[key] = _ANSWERED
+            if commit.client_seq is not None:
+                entry.client_seq = max(entry.client_seq, commit.client_seq)
             entry.lease_until = self._clock() + self.lease_s
 
     def load(self, session_id: str, *, events: bool = True) -> StoredSession | None:

@@ -71,8 +71,8 @@ return 1
 )
 
 # ARGV: epoch, lease_ms, ttl_ms, expect_digest|'', trim_through|'', n_field_args,
-# the field args, n_settles, the settled input keys, then 4 per event: sequence,
-# encoded, created_at, encoded_bytes.
+# the field args, n_settles, the settled input keys, handled client_seq|'', then 4
+# per event: sequence, encoded, created_at, encoded_bytes.
 _COMMIT = (
     _NOW_MS
     + """
@@ -83,7 +83,8 @@ if tonumber(redis.call('HGET', KEYS[1], 'lease_until')) < now then return -3 end
 if ARGV[4] ~= '' and redis.call('HGET', KEYS[1], 'td') ~= ARGV[4] then return -4 end
 local nf = tonumber(ARGV[6])
 local ns = tonumber(ARGV[7 + nf])
-local first = 8 + nf + ns
+local handled = ARGV[8 + nf + ns]
+local first = 9 + nf + ns
 local top = tonumber(redis.call('HGET', KEYS[1], 'ns')) - 1
 for i = first, #ARGV, 4 do
   local seq = tonumber(ARGV[i])
@@ -103,6 +104,9 @@ elseif first <= #ARGV then
   redis.call('HSET', KEYS[1], 'ns', top + 1)
 end
 for i = 8 + nf, 7 + nf + ns do redis.call('HSET', KEYS[3], ARGV[i], '') end
+if handled ~= '' and tonumber(redis.call('HGET', KEYS[1], 'cs') or '0') < tonumber(handled) then
+  redis.call('HSET', KEYS[1], 'cs', handled)
+end
 redis.call('HSET', KEYS[1], 'lease_until', now + tonumber(ARGV[2]))
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
@@ -336,6 +340,7 @@ class RedisStore:
             *fields,
             len(commit.settles),
             *commit.settles,
+            "" if commit.client_seq is None else commit.client_seq,
         ]
         for event in commit.appends:
             args += [event.sequence, event.encoded, repr(event.created_at), event.encoded_bytes]

@@ -8,9 +8,11 @@ overflowed journal, the registry gone): a send that fails or times out is the
 transport's trouble, the event is journaled and a resume replays it.
 
 Sequenced client events (``client_seq``) pass the session's
-`ClientSequence` here, once each: with a session store the accepted number is
-written there before the engine sees the event, so a resume on another
-process agrees on ``last_client_seq``. Each session's accepted events of the
+`ClientSequence` here, once each. With a session store, the stored
+``last_client_seq`` (what a resume on another process starts from) grows
+once an event is handled: atomically with the journaling of an engine event
+that carries its ``client_seq`` (`actors._store.Commit`), or once the
+engine's ``on_client_event`` returned. Each session's accepted events of the
 engine's declared types reach ``engine.on_client_event`` in order, through one
 task per session; a ``response.cancel`` cancels the scopes it names at once.
 
@@ -196,9 +198,6 @@ class EngineWork:
         if verdict != "accepted":
             return verdict, last
         live.presence.last_client_seq = last
-        store = self.registry.system.store
-        if store is not None:
-            await self._store_call(store.record_client_seq, session_id, last)
         if event.type == "response.cancel":
             response_id = event.fields.get("response_id")
             if isinstance(response_id, str):
@@ -206,7 +205,19 @@ class EngineWork:
         if live.events is not None and event.type in self.event_types:
             with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
                 await live.events.send(event)
+        elif event.type != "input":
+            # Nothing more to do for it: handled.
+            await self._handled(live, last)
         return verdict, last
+
+    async def _handled(self, live: _Live, client_seq: int) -> None:
+        """With a store: client events through ``client_seq`` are handled, for a
+        resume on another process. (An engine event carrying ``client_seq`` says
+        so atomically with its journaling; this covers events it answers
+        otherwise. An input is answered once by its id, and never marked here.)"""
+        store = self.registry.system.store
+        if store is not None:
+            await self._store_call(store.record_client_seq, live.session.session_id, client_seq)
 
     async def _store_call(self, call: Callable[..., Any], *args: Any) -> Any:
         """``call(*args)`` in a thread, until the store answers."""
@@ -232,6 +243,7 @@ class EngineWork:
                         return
                     except Exception:
                         logger.exception("the engine's on_client_event failed")
+                    await self._handled(live, event.client_seq)
             finally:
                 live.scopes.discard(scope)
 
