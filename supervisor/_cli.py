@@ -66,6 +66,10 @@ def _table(report: ChaosReport, gateway: Gateway | None, *, processes: int = 1) 
         ("inputs (answered)", f"{t.inputs} ({t.answered})"),
         ("lost", t.lost),
         ("duplicated", t.duplicated),
+        ("client events sent", t.client_events_sent),
+        ("client events received once", t.client_events_received_once),
+        ("lost upstream", t.lost_upstream),
+        ("duplicated upstream", t.duplicated_upstream),
         ("errors", t.errors),
     ]
     if processes > 1:
@@ -96,6 +100,10 @@ def _totals_json(report: ChaosReport, *, processes: int = 1) -> str:
         "answered": t.answered,
         "lost": t.lost,
         "duplicated": t.duplicated,
+        "client_events_sent": t.client_events_sent,
+        "client_events_received_once": t.client_events_received_once,
+        "lost_upstream": t.lost_upstream,
+        "duplicated_upstream": t.duplicated_upstream,
         "errors": t.errors,
         "error_codes": t.error_codes,
     }
@@ -115,6 +123,7 @@ def _chaos_config(args: argparse.Namespace) -> ChaosConfig:
         max_reconnect_delay_s=args.max_reconnect_delay,
         input_rate_hz=args.input_rate,
         ack_every=args.ack_every,
+        audio_rate_hz=args.audio_rate,
         seed=args.seed,
         secret=read_secret(args) if args.command == "chaos" else None,
         ca_file=getattr(args, "ca_file", None),

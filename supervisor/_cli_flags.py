@@ -217,6 +217,16 @@ def _add_chaos_flags(parser: argparse.ArgumentParser, *, clients: int, duration:
         help="clients acknowledge after every N events (default 10)",
     )
     group.add_argument(
+        "--audio-rate",
+        type=_non_negative,
+        default=10.0,
+        metavar="HZ",
+        help=(
+            "binary audio chunks per second each client streams; each must be "
+            "received once (default 10)"
+        ),
+    )
+    group.add_argument(
         "--seed", type=int, default=0, help="seed of every random choice (default 0)"
     )
     group.add_argument(
