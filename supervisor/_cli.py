@@ -268,6 +268,7 @@ def _gateway_config(args: argparse.Namespace) -> GatewayConfig:
         session_resume_failures_allowed=args.session_resume_failures,
         session_resume_failure_window_s=args.session_resume_window,
         trusted_proxies=tuple(args.trusted_proxy),
+        authenticate_on_first_frame=args.authenticate_on_first_frame,
         max_sessions_per_address=args.max_sessions_per_address,
         max_connections=args.max_connections,
         max_connections_per_address=args.max_connections_per_address,

@@ -463,6 +463,12 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "(default: none)",
     )
     serve.add_argument(
+        "--authenticate-on-first-frame",
+        action="store_true",
+        help="run the --authenticate hook once the opening frame arrived, with the frame's "
+        "secret as handshake.credential (browsers: no header, no secret in the URL)",
+    )
+    serve.add_argument(
         "--engine",
         metavar="MODULE:FACTORY",
         help="your engine: FACTORY() in MODULE returns an object with start, answer and stop "

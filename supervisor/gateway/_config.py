@@ -80,6 +80,10 @@ class GatewayConfig:
     #: Answers a session may have on their way, and distinct input ids it
     #: answers in its life (each remembered so a repeat is never answered twice).
     max_inputs_per_session: int = 100_000
+    #: Run the ``authenticate`` hook once the opening frame arrived, with its
+    #: ``secret`` as ``Handshake.credential`` (a browser's way: no header, no
+    #: secret in a URL); else at the upgrade, before any frame.
+    authenticate_on_first_frame: bool = False
     #: Sequenced client events (``client_seq``) a connection may send: events
     #: and bytes a second (a stream's rate: 50 audio chunks a second fit twice).
     max_client_events_per_second: float = 100.0

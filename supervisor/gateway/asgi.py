@@ -44,6 +44,7 @@ from supervisor.gateway._config import GatewayConfig
 from supervisor.gateway._core import TransportClosedError
 from supervisor.gateway._engine import DemoEngine, Engine
 from supervisor.gateway._limits import AddressCounter
+from supervisor.gateway._logs import redact_query_strings
 from supervisor.gateway._operations import http_routes
 from supervisor.gateway._registry import open_registry
 from supervisor.gateway._sendgate import SendGate
@@ -161,6 +162,7 @@ class GatewayApp:
             self.service = GatewayService(
                 self.config, registry, self.engine, group, authenticate=self._authenticate
             )
+            redact_query_strings()
             logger.info("gateway app started (%s door)", sniffio.current_async_library())
             try:
                 yield
