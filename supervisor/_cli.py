@@ -248,6 +248,8 @@ def _gateway_config(args: argparse.Namespace) -> GatewayConfig:
     return GatewayConfig(
         host=args.host,
         port=args.port,
+        metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host,
         path=args.path,
         max_frame_bytes=args.max_frame_bytes,
         handshake_timeout_s=args.handshake_timeout,

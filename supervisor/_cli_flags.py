@@ -250,6 +250,19 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--port", type=_port, default=8765, help="TCP port 0..65535, 0 for any (default 8765)"
     )
     net.add_argument(
+        "--metrics-port",
+        type=_port,
+        default=None,
+        help="serve /metrics, /healthz and /readyz on this port of --metrics-host (and "
+        "/metrics no longer on --port): the port for the scraper, not for clients "
+        "(default: none, all on --port)",
+    )
+    net.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        help="the address of --metrics-port (default 127.0.0.1)",
+    )
+    net.add_argument(
         "--server",
         choices=(*SERVERS, *SERVER_ALIASES),
         default=DEFAULT_SERVER,

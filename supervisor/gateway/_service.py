@@ -131,6 +131,8 @@ class GatewayService:
         self.frames_delivered = 0
         self.sends_in_progress = 0
         self.metrics = GatewayMetrics(self)
+        #: The operations port bound (``config.metrics_port``, or the free one 0 picked).
+        self.metrics_port: int | None = None
 
     def throttled_addresses(self) -> int:
         return self.admission.throttled_addresses()
