@@ -365,6 +365,36 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "it gets error 'rate_limited' (not answered, not remembered) (default 20)",
     )
     limits.add_argument(
+        "--max-client-events-per-second",
+        type=_positive(float),
+        default=100.0,
+        metavar="RATE",
+        help="sequenced client events (client_seq) a connection may send per second, in "
+        "bursts of as many; past it: error 'rate_limited', the event not taken (default 100)",
+    )
+    limits.add_argument(
+        "--max-client-bytes-per-second",
+        type=_positive(float),
+        default=65_536.0,
+        metavar="BYTES",
+        help="bytes of client events a connection may send per second (whole messages), in "
+        "bursts of as many; past it: error 'rate_limited' (default 65536)",
+    )
+    limits.add_argument(
+        "--client-ack-every",
+        type=_positive(int),
+        default=10,
+        metavar="N",
+        help="send client_ack after this many accepted client events (default 10)",
+    )
+    limits.add_argument(
+        "--client-ack-interval",
+        type=_positive(float),
+        default=0.2,
+        metavar="SECONDS",
+        help="or this long after the first accepted client event not yet acked (default 0.2)",
+    )
+    limits.add_argument(
         "--close-timeout",
         type=_positive(float),
         default=5.0,

@@ -8,6 +8,7 @@ import base64
 import functools
 import json
 from collections.abc import Callable
+from pathlib import Path
 
 import trio
 
@@ -264,3 +265,37 @@ async def test_a_resume_on_another_process_agrees_on_last_client_seq() -> None:
             finally:
                 await other.cut()
             nursery.cancel_scope.cancel()
+
+
+def _api_doc_engine() -> object:
+    """The realtime engine example of docs/api.md, as written there."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / "api.md").read_text()
+    section = text.split("### A realtime engine", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict[str, object] = {}
+    exec(compile(code, "docs/api.md", "exec"), namespace)  # noqa: S102 - our own doc
+    return namespace["VoiceEngine"]()  # type: ignore[operator]
+
+
+async def test_the_api_docs_realtime_engine_runs_as_written() -> None:
+    engine = _api_doc_engine()
+    with trio.fail_after(LIMIT):
+        async with running_gateway(GatewayConfig(port=0), custom_engine=engine) as harness:  # type: ignore[arg-type]
+            client = (await harness.open()).client
+            await read_until(client, "status")
+            await client.send_bytes(
+                binary_event({"type": "input_audio.append", "client_seq": 1}, bytes(320))
+            )
+            frames = await read_until(client, "heard", client_seq=1)
+            assert frames[-1]["bytes"] == 320
+            await client.send_json({"type": "input_audio.commit", "client_seq": 2})
+            await read_until(client, "delta", response_id="r2")
+            await client.send_json(
+                {"type": "response.cancel", "client_seq": 3, "response_id": "r2"}
+            )
+            await client.send_json({"type": "hang_up", "client_seq": 4})
+            frames, closed = await read_until_closed(client)
+            # Barged in after the first word: the second never came.
+            assert [f for f in frames if f.get("type") == "delta"] == []
+            assert {"type": "session.closed", "reason": "caller hung up"} in frames
+            assert closed.code == 1000
