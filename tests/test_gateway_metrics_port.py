@@ -6,22 +6,14 @@ from __future__ import annotations
 import pytest
 import trio
 
-from tests.attack_support import server_process
+from tests.attack_support import http_get, server_process
 from tests.redis_support import free_port
 
 SERVERS = ["trio", "asgi-uvicorn", "asgi-hypercorn"]
 
 
 async def _get(port: int, path: str) -> tuple[int, str]:
-    stream = await trio.open_tcp_stream("127.0.0.1", port)
-    async with stream:
-        request = f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-        await stream.send_all(request.encode())
-        answer = b""
-        while chunk := await stream.receive_some():
-            answer += chunk
-    head, _, body = answer.decode().partition("\r\n\r\n")
-    return int(head.split()[1]), body
+    return await http_get("127.0.0.1", port, path)
 
 
 @pytest.mark.parametrize("server", SERVERS)
