@@ -99,6 +99,14 @@ class _Figures(Collector):
             "Frames accepted for delivery to clients and not yet written, over every outbox",
             value=service.registry.frames_queued(),
         )
+        client_events = CounterMetricFamily(
+            "duplex_client_events",
+            "Sequenced client events, by outcome: accepted, or a repeat dropped",
+            labels=["outcome"],
+        )
+        client_events.add_metric(["accepted"], counters.client_events_accepted)
+        client_events.add_metric(["repeated"], counters.client_events_repeated)
+        yield client_events
         errors = CounterMetricFamily(
             "duplex_protocol_errors", "Error frames sent, by code", labels=["code"]
         )
