@@ -291,7 +291,10 @@ class _Client:
         self.report.resumes += 1
         for client_event_id, text in list(self.unanswered.items()):
             await ws.send_json({"type": "input", "client_event_id": client_event_id, "text": text})
-        # Chunks resume from what the server says it has: session.resumed first.
+        return ws
+
+    async def resend_chunks(self, ws: WireClient) -> None:
+        """Chunks resume from what the server says it has: ``session.resumed`` first."""
         while True:
             frame = await ws.receive_json()
             self.on_frame(frame)
@@ -299,7 +302,6 @@ class _Client:
                 break
         for seq, chunk in sorted(self.pending.items()):
             await ws.send_bytes(_audio_chunk(seq, chunk))
-        return ws
 
     async def send_input(self, ws: WireClient) -> None:
         client_event_id = f"{self.prefix}-{next(self.input_ids)}"
@@ -361,6 +363,23 @@ class _Client:
                 raise
             return True  # resume elsewhere, even past the deadline: answers are owed
 
+    async def _come_back(self, ws: WireClient) -> WireClient:
+        """Cut, wait, resume; with many processes, a resume its process broke by
+        dying is a cut too, and the client resumes again elsewhere."""
+        while True:
+            await ws.cut()
+            self.ws = None
+            self.report.disconnects += 1
+            await trio.sleep(self.random.uniform(0, self.config.max_reconnect_delay_s))
+            ws = self.ws = await self.resume()
+            try:
+                await self.resend_chunks(ws)
+            except _BROKEN:
+                if not self.targets.many or self.process not in self.targets.down:
+                    raise
+                continue
+            return ws
+
     def _count_failure(self, name: str) -> None:
         self.report.errors += 1
         self.report.error_codes[name] = self.report.error_codes.get(name, 0) + 1
@@ -368,11 +387,7 @@ class _Client:
     async def _play(self, deadline: float) -> None:
         ws = self.ws = await self.open()
         while await self._pump_or_broken(ws, deadline):
-            await ws.cut()
-            self.ws = None
-            self.report.disconnects += 1
-            await trio.sleep(self.random.uniform(0, self.config.max_reconnect_delay_s))
-            ws = self.ws = await self.resume()
+            ws = await self._come_back(ws)
         if self.process in self.targets.down:
             self.report.stranded += 1  # its process died and it never got back
         # Let the last answers arrive, then end the session politely.
