@@ -214,15 +214,19 @@ class EngineWork:
         return None if live is None else live.presence
 
     async def last_client_seq(self, session_id: str) -> int:
-        """The session's last accepted ``client_seq``: this process's, or the
-        store's for a session another process held (0: none)."""
+        """The session's last accepted ``client_seq`` (0: none): this process's,
+        and with a store the store's if higher (another process may have held
+        the session since this one last did, unbeknown to its work here);
+        this process's sequence catches up with it."""
         live = self._live.get(session_id)
-        if live is not None:
-            return live.sequence.last
+        local = 0 if live is None else live.sequence.last
         store = self.registry.system.store
         if store is None:
-            return 0
-        return int(await self._store_call(store.last_client_seq, session_id))
+            return local
+        stored = int(await self._store_call(store.last_client_seq, session_id))
+        if live is not None and stored > live.sequence.last:
+            live.sequence.last = live.presence.last_client_seq = stored
+        return max(local, stored)
 
     async def deliver(
         self, session_id: str, event: ClientEvent
