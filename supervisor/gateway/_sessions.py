@@ -28,7 +28,7 @@ import contextlib
 import itertools
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -136,6 +136,20 @@ class _Live:
     #: One per running task (a scope is entered once); the session's end cancels all.
     scopes: set[anyio.CancelScope] = field(default_factory=set)
     stopped: bool = False
+
+
+@contextlib.contextmanager
+def _task_scope(live: _Live) -> Iterator[anyio.CancelScope]:
+    """A scope of one of the session's tasks, which the session's end cancels."""
+    scope = anyio.CancelScope()
+    if live.stopped:
+        scope.cancel()
+    live.scopes.add(scope)
+    try:
+        with scope:
+            yield scope
+    finally:
+        live.scopes.discard(scope)
 
 
 class EngineWork:
@@ -273,22 +287,15 @@ class EngineWork:
     async def _feed(self, live: _Live, events: _Inbox) -> None:
         """One session's client events to ``engine.on_client_event``, in order."""
         handle = getattr(self.engine, "on_client_event")  # noqa: B009 - declared, checked
-        scope = anyio.CancelScope()
-        if live.stopped:
-            scope.cancel()
-        live.scopes.add(scope)
-        with scope:
-            try:
-                while (event := await events.get()) is not None:
-                    try:
-                        await handle(live.session, event)
-                    except SessionEnded:
-                        return
-                    except Exception:
-                        logger.exception("the engine's on_client_event failed")
-                    await self._handled(live, event.client_seq)
-            finally:
-                live.scopes.discard(scope)
+        with _task_scope(live):
+            while (event := await events.get()) is not None:
+                try:
+                    await handle(live.session, event)
+                except SessionEnded:
+                    return
+                except Exception:
+                    logger.exception("the engine's on_client_event failed")
+                await self._handled(live, event.client_seq)
 
     def answer(self, session_id: str, client_event_id: str, text: str) -> InputVerdict | None:
         """The ledger's verdict (an ``"answer"`` is started); ``None``: no such session."""
@@ -321,11 +328,7 @@ class EngineWork:
             self.stop(session_id)
 
     async def _run(self, live: _Live, kind: str, args: tuple[str, str] | None) -> None:
-        scope = anyio.CancelScope()
-        if live.stopped:
-            scope.cancel()
-        live.scopes.add(scope)
-        with scope:
+        with _task_scope(live):
             try:
                 if args is None:
                     await self.engine.start(live.session)
@@ -338,7 +341,6 @@ class EngineWork:
             except Exception:
                 logger.exception("the engine's %s failed", kind)
             finally:
-                live.scopes.discard(scope)
                 if args is not None:
                     live.ledger.done()
 
