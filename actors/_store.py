@@ -14,6 +14,12 @@ What crosses processes is plain data, never a pickle:
 * `StoredEvent`: one journal entry, its encoded JSON and its age;
 * `Commit`: one transition's writes, fenced by the owner's epoch.
 
+Client events across processes: an engine event carrying ``client_seq``
+answers that client event; the commit that journals it raises the stored
+``last_client_seq`` in the same atomic write (`Commit.client_seq`), so a
+resume on another process neither redelivers an answered client event nor
+skips one whose answer never got journaled.
+
 Inputs across processes: a client that resumes on another process resends
 the inputs it saw no answer to. `SessionStore.claim_input` says whether
 this process should answer one: not when its answer was already journaled
@@ -65,6 +71,7 @@ __all__ = [
     "StoreBinding",
     "StoredEvent",
     "StoredSession",
+    "handled_client_seq",
     "identity_fingerprint",
     "input_key",
     "proves_token",
@@ -129,6 +136,9 @@ class Commit:
     trim_through: int | None = None
     #: `input_key` s whose answers end in ``appends``: marked answered.
     settles: tuple[str, ...] = ()
+    #: The highest ``client_seq`` an event of ``appends`` carries: the client
+    #: events through it are handled (the store's ``last_client_seq`` grows to it).
+    client_seq: int | None = None
 
 
 class SessionStore(Protocol):
@@ -182,6 +192,13 @@ class SessionStore(Protocol):
         is not stored.
         """
 
+    def record_client_seq(self, session_id: str, client_seq: int) -> None:
+        """The gateway accepted the session's client events through ``client_seq``:
+        keep the highest such number (nothing if the session is not stored)."""
+
+    def last_client_seq(self, session_id: str) -> int:
+        """What `record_client_seq` kept (0: nothing yet, or no such session)."""
+
 
 def identity_fingerprint(identity: object) -> str | None:
     """A digest of a client's identity that another process computes alike.
@@ -222,6 +239,19 @@ def settled_input(encoded: bytes) -> str | None:
         return None
     client_event_id = payload.get("client_event_id")
     return input_key(client_event_id) if isinstance(client_event_id, str) else None
+
+
+#: Only an event holding this is decoded to see which client event it answers.
+_CLIENT_SEQ = b'"client_seq"'
+
+
+def handled_client_seq(encoded: bytes) -> int | None:
+    """The ``client_seq`` an engine's encoded event answers, if it carries one."""
+    if _CLIENT_SEQ not in encoded:
+        return None
+    payload = json.loads(encoded)
+    seq = payload.get("client_seq") if isinstance(payload, dict) else None
+    return seq if isinstance(seq, int) and not isinstance(seq, bool) else None
 
 
 def proves_token(stored: StoredSession, plaintext: str) -> bytes | None:
@@ -354,6 +384,10 @@ class StoreBinding:
                 ),
                 settles=tuple(
                     key for key in map(settled_input, (e.encoded for e in events)) if key
+                ),
+                client_seq=max(
+                    (seq for seq in map(handled_client_seq, (e.encoded for e in events)) if seq),
+                    default=None,
                 ),
             )
         )

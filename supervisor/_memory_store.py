@@ -34,6 +34,7 @@ class _Entry:
     #: input key -> its claimant, or ``_ANSWERED``.
     inputs: dict[str, str] = field(default_factory=dict)
     identity: str | None = None
+    client_seq: int = 0
 
 
 #: An input whose answer was journaled (claimants are never this).
@@ -94,6 +95,8 @@ class MemoryStore:
                 entry.record = replace(entry.record, next_sequence=top + 1)
             for key in commit.settles:
                 entry.inputs[key] = _ANSWERED
+            if commit.client_seq is not None:
+                entry.client_seq = max(entry.client_seq, commit.client_seq)
             entry.lease_until = self._clock() + self.lease_s
 
     def load(self, session_id: str, *, events: bool = True) -> StoredSession | None:
@@ -156,6 +159,19 @@ class MemoryStore:
                 return False
             entry.inputs[key] = claimant
             return True
+
+    def record_client_seq(self, session_id: str, client_seq: int) -> None:
+        """See `SessionStore.record_client_seq`."""
+        with self._lock:
+            entry = self._sessions.get(session_id)
+            if entry is not None:
+                entry.client_seq = max(entry.client_seq, client_seq)
+
+    def last_client_seq(self, session_id: str) -> int:
+        """See `SessionStore.last_client_seq`."""
+        with self._lock:
+            entry = self._sessions.get(session_id)
+            return 0 if entry is None else entry.client_seq
 
     def bind_identity(self, session_id: str, fingerprint: str) -> None:
         """See `SessionStore.bind_identity`."""

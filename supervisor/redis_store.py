@@ -76,8 +76,8 @@ return 1
 )
 
 # ARGV: epoch, lease_ms, ttl_ms, expect_digest|'', trim_through|'', n_field_args,
-# the field args, n_settles, the settled input keys, then 4 per event: sequence,
-# encoded, created_at, encoded_bytes.
+# the field args, n_settles, the settled input keys, handled client_seq|'', then 4
+# per event: sequence, encoded, created_at, encoded_bytes.
 _COMMIT = (
     _NOW_MS
     + """
@@ -88,7 +88,8 @@ if tonumber(redis.call('HGET', KEYS[1], 'lease_until')) < now then return -3 end
 if ARGV[4] ~= '' and redis.call('HGET', KEYS[1], 'td') ~= ARGV[4] then return -4 end
 local nf = tonumber(ARGV[6])
 local ns = tonumber(ARGV[7 + nf])
-local first = 8 + nf + ns
+local handled = ARGV[8 + nf + ns]
+local first = 9 + nf + ns
 local top = tonumber(redis.call('HGET', KEYS[1], 'ns')) - 1
 for i = first, #ARGV, 4 do
   local seq = tonumber(ARGV[i])
@@ -108,6 +109,9 @@ elseif first <= #ARGV then
   redis.call('HSET', KEYS[1], 'ns', top + 1)
 end
 for i = 8 + nf, 7 + nf + ns do redis.call('HSET', KEYS[3], ARGV[i], '') end
+if handled ~= '' and tonumber(redis.call('HGET', KEYS[1], 'cs') or '0') < tonumber(handled) then
+  redis.call('HSET', KEYS[1], 'cs', handled)
+end
 redis.call('HSET', KEYS[1], 'lease_until', now + tonumber(ARGV[2]))
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
@@ -153,6 +157,15 @@ return 1
 
 _BIND_IDENTITY = """
 if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'idn', ARGV[1]) end
+return 1
+"""
+
+# ARGV: client_seq. The session hash's ``cs`` keeps the highest.
+_RECORD_CLIENT_SEQ = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+if tonumber(redis.call('HGET', KEYS[1], 'cs') or '0') < tonumber(ARGV[1]) then
+  redis.call('HSET', KEYS[1], 'cs', ARGV[1])
+end
 return 1
 """
 
@@ -285,6 +298,7 @@ class RedisStore:
         self._delete = self._client.register_script(_DELETE)
         self._claim_input = self._client.register_script(_CLAIM_INPUT)
         self._bind_identity = self._client.register_script(_BIND_IDENTITY)
+        self._record_client_seq = self._client.register_script(_RECORD_CLIENT_SEQ)
 
     def _keys(self, session_id: str) -> list[str]:
         base = f"{self.prefix}{{{session_id}}}"
@@ -331,6 +345,7 @@ class RedisStore:
             *fields,
             len(commit.settles),
             *commit.settles,
+            "" if commit.client_seq is None else commit.client_seq,
         ]
         for event in commit.appends:
             args += [event.sequence, event.encoded, repr(event.created_at), event.encoded_bytes]
@@ -420,6 +435,16 @@ class RedisStore:
             self._claim_input, self._keys(session_id), [claimant, key, self._ttl_ms]
         )
         return None if claimed == -1 else claimed == 1
+
+    def record_client_seq(self, session_id: str, client_seq: int) -> None:
+        """See `SessionStore.record_client_seq` (a field ``cs`` of the session's hash)."""
+        self._run(self._record_client_seq, self._keys(session_id)[:1], [client_seq])
+
+    def last_client_seq(self, session_id: str) -> int:
+        """See `SessionStore.last_client_seq`."""
+        with self._reachable():
+            value = self._client.hget(self._keys(session_id)[0], "cs")
+        return 0 if value is None else int(bytes(cast(bytes, value)))
 
     def ping(self) -> None:
         """Raise `StoreUnavailableError` unless Redis answers."""

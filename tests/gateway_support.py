@@ -20,7 +20,7 @@ import trio
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, Request
 
-from supervisor.gateway._engine import EngineConfig
+from supervisor.gateway._engine import Engine, EngineConfig
 from supervisor.gateway._server import Gateway, GatewayConfig, serve_gateway
 from supervisor.gateway._wire_client import WireClient, WireClosedError
 
@@ -192,14 +192,18 @@ def errors(frames: list[Frame]) -> list[object]:
 
 @contextlib.asynccontextmanager
 async def running_gateway(
-    config: GatewayConfig | None = None, *, engine: EngineConfig | None = None
+    config: GatewayConfig | None = None,
+    *,
+    engine: EngineConfig | None = None,
+    custom_engine: Engine | None = None,
 ) -> AsyncIterator[Harness]:
-    """A gateway on a free loopback port; its clients are closed on the way out."""
+    """A gateway on a free loopback port; its clients are closed on the way out.
+    ``custom_engine``: an engine of the test's own (else a demo engine)."""
     config = config or GatewayConfig(port=0)
     assert config.port == 0
     engine = engine or EngineConfig(event_rate_hz=RATE_HZ)
     try:
-        async with _serving(config, engine) as harness:
+        async with _serving(config, engine, custom_engine) as harness:
             yield harness
     except BaseExceptionGroup as group:
         # A failed assertion reads better bare than nested three groups deep.
@@ -216,10 +220,14 @@ def _sole_exception(error: BaseException) -> BaseException:
 
 
 @contextlib.asynccontextmanager
-async def _serving(config: GatewayConfig, engine: EngineConfig) -> AsyncIterator[Harness]:
+async def _serving(
+    config: GatewayConfig, engine: EngineConfig, custom_engine: Engine | None
+) -> AsyncIterator[Harness]:
     async with trio.open_nursery() as nursery:
         gateway: Gateway = await nursery.start(
-            lambda task_status: serve_gateway(config, engine_config=engine, task_status=task_status)
+            lambda task_status: serve_gateway(
+                config, engine=custom_engine, engine_config=engine, task_status=task_status
+            )
         )
         clients: list[WireClient] = []
         try:

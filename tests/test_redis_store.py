@@ -23,7 +23,14 @@ from actors._errors import (
     StoreUnavailableError,
     TokenConflictError,
 )
-from actors._store import Commit, SessionRecord, SessionStore, StoredEvent, proves_token
+from actors._store import (
+    Commit,
+    SessionRecord,
+    SessionStore,
+    StoredEvent,
+    handled_client_seq,
+    proves_token,
+)
 from supervisor._memory_store import MemoryStore
 from supervisor.redis_store import RedisStore
 from tests.redis_support import RedisServer, free_port
@@ -414,3 +421,33 @@ def test_renewals_of_more_sessions_than_one_pipeline_holds(redis_server: RedisSe
         assert store.renew_many(leases) == [n % 2 == 1 for n in range(count)]
     finally:
         store.close()
+
+
+def test_the_last_client_seq_only_grows_and_survives_a_commit(store: SessionStore) -> None:
+    store.record_client_seq("s", 5)  # no such session: nothing kept
+    assert store.last_client_seq("s") == 0
+    epoch = store.create("s", record())
+    store.record_client_seq("s", 3)
+    store.record_client_seq("s", 2)  # an older writer's: never lowers it
+    append(store, "s", epoch, 1, 2)
+    assert store.last_client_seq("s") == 3
+
+
+def test_a_commit_journaling_an_answer_to_a_client_event_marks_it_handled(
+    store: SessionStore,
+) -> None:
+    epoch = store.create("s", record())
+    receipt = b'{"type":"input_audio.received","client_seq":7,"server_event_seq":1}'
+    event = StoredEvent(sequence=1, created_at=1.0, encoded_bytes=len(receipt), encoded=receipt)
+    store.commit(Commit(session_id="s", epoch=epoch, record=None, appends=(event,), client_seq=7))
+    assert store.last_client_seq("s") == 7
+    # A commit fenced off changes nothing, its client_seq neither.
+    with pytest.raises(SessionReplacedError):
+        store.commit(Commit(session_id="s", epoch=epoch + 1, record=None, client_seq=9))
+    assert store.last_client_seq("s") == 7
+
+
+def test_the_commit_of_an_event_carrying_client_seq_says_so() -> None:
+    assert handled_client_seq(b'{"type":"x","client_seq":3}') == 3
+    assert handled_client_seq(b'{"type":"x","client_seq":true}') is None
+    assert handled_client_seq(b'{"type":"x"}') is None

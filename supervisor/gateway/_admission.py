@@ -50,6 +50,7 @@ class _Activation:
     """The ``session.resumed`` frame; a ReplayCountingFactory."""
 
     session_id: str
+    last_client_seq: int
 
     def __call__(self, token: ResumeToken, generation: int) -> dict[str, object]:
         return self.activation_payload(token, generation, -1)
@@ -63,6 +64,7 @@ class _Activation:
             "resume_token": token.plaintext,
             "attachment_generation": generation,
             "replayed": replayed,
+            "last_client_seq": self.last_client_seq,
         }
 
 
@@ -140,6 +142,7 @@ class Admission:
             "session_id": session_id,
             "resume_token": created.resume_token.plaintext,
             "attachment_generation": created.attachment_generation,
+            "last_client_seq": 0,
         }
         try:
             await self._bind_identity(session_id, identity)
@@ -172,9 +175,17 @@ class Admission:
         return self.throttles.failed_resume(address, session_id, error, anyio.current_time())
 
     async def resume(
-        self, send: Send, close: Close, address: str, frame: ResumeSession, identity: object = None
+        self,
+        send: Send,
+        close: Close,
+        address: str,
+        frame: ResumeSession,
+        identity: object = None,
+        *,
+        last_client_seq: int = 0,
     ) -> tuple[str, int]:
-        """The seed's resume flow; the replaced socket, if any, is closed ``replaced``."""
+        """The seed's resume flow; the replaced socket, if any, is closed ``replaced``.
+        ``session.resumed`` says ``last_client_seq``."""
         session_id = frame.session_id
         if session_id not in self._identity and not await self._same_identity(session_id, identity):
             # Held by another process, opened by another identity: refused
@@ -226,7 +237,7 @@ class Admission:
                 last_received_server_event_seq=frame.last_received_server_event_seq,
                 send=send,
                 close=close,
-                activation_payload_factory=_Activation(session_id),
+                activation_payload_factory=_Activation(session_id, last_client_seq),
             )
         except InvalidResumeTokenError:
             # Lost a race with another resume of the same token.

@@ -28,6 +28,10 @@ _POSITIVE = (
     "throttle_max_addresses",
     "log_interval_s",
     "max_inputs_per_session",
+    "max_client_events_per_second",
+    "max_client_bytes_per_second",
+    "client_ack_every",
+    "client_ack_interval_s",
 )
 
 
@@ -76,6 +80,22 @@ class GatewayConfig:
     #: Answers a session may have on their way, and distinct input ids it
     #: answers in its life (each remembered so a repeat is never answered twice).
     max_inputs_per_session: int = 100_000
+    #: Run the ``authenticate`` hook once the opening frame arrived, with its
+    #: ``secret`` as ``Handshake.credential`` (a browser's way: no header, no
+    #: secret in a URL); else at the upgrade, before any frame.
+    authenticate_on_first_frame: bool = False
+    #: Serve ``/metrics``, ``/healthz`` and ``/readyz`` on this port of
+    #: ``metrics_host`` (0: any free one), and ``/metrics`` no longer on ``port``.
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
+    #: Sequenced client events (``client_seq``) a connection may send: events
+    #: and bytes a second (a stream's rate: 50 audio chunks a second fit twice).
+    max_client_events_per_second: float = 100.0
+    max_client_bytes_per_second: float = 65_536.0
+    #: ``client_ack`` goes out after this many accepted client events, or this
+    #: long after the first one not yet acked, whichever comes first.
+    client_ack_every: int = 10
+    client_ack_interval_s: float = 0.2
 
     def __post_init__(self) -> None:
         if not self.path.startswith("/"):
@@ -91,6 +111,8 @@ class GatewayConfig:
                 raise ValueError(f"trusted_proxies: {proxy!r} is no address or network") from None
         if not 0 <= self.port <= 65_535:
             raise ValueError(f"port must be within 0..65535, got {self.port}")
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65_535:
+            raise ValueError(f"metrics_port must be within 0..65535, got {self.metrics_port}")
         after = self.passivate_after_s
         if after is not None and not (after >= 0 and math.isfinite(after)):
             raise ValueError("passivate_after_s must be None or a finite number >= 0")
@@ -115,3 +137,7 @@ class GatewayCounters:
     #: Connections refused before the upgrade, by the cap they hit
     #: (``total``, ``address``); ``descriptors``: shed for want of descriptors.
     refused: dict[str, int] = field(default_factory=dict)
+    #: Sequenced client events accepted (handed to the engine), and repeats
+    #: (``client_seq`` at or below the last accepted) dropped.
+    client_events_accepted: int = 0
+    client_events_repeated: int = 0

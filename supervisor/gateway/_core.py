@@ -15,6 +15,10 @@ registry, an engine and a transport. The protocol is written once, here.
 `InputLedger` is a session's answered ids, kept for the session's
 whole life (across connections): it decides whether an input is new, a
 repeat, over the in-flight cap or past the lifetime bound.
+
+`ClientSequence` is a session's last accepted ``client_seq`` (O(1) per
+session, across connections): each sequenced client event is accepted once,
+in order; a repeat is dropped and counted, a jump ahead refused.
 """
 
 from __future__ import annotations
@@ -26,11 +30,13 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from supervisor.gateway._config import GatewayConfig
-from supervisor.gateway._limits import FailureThrottle, InputRate
+from supervisor.gateway._limits import ByteRate, FailureThrottle, InputRate
 from supervisor.gateway._protocol import (
+    BUILTIN_EVENT_TYPES,
     CLOSE_CODES,
     FATAL,
     Ack,
+    ClientEvent,
     ClientFrame,
     CloseSession,
     Input,
@@ -45,8 +51,10 @@ __all__ = [
     "Action",
     "AnswerInput",
     "CallAck",
+    "ClientSequence",
     "CloseSocket",
     "ConnectionCore",
+    "DeliverEvent",
     "EndConnection",
     "EndSession",
     "InputLedger",
@@ -67,6 +75,9 @@ class TransportClosedError(Exception):
 
 #: What `InputLedger.decide` says about an input.
 InputVerdict = Literal["answer", "duplicate", "busy", "input_limit"]
+
+#: What `ClientSequence.accept` says about a client event's ``client_seq``.
+SequenceVerdict = Literal["accepted", "repeat", "ahead"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -128,6 +139,14 @@ class AnswerInput:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class DeliverEvent:
+    """Sequence a client event against its session, then hand it to the engine;
+    report the verdict with `ConnectionCore.event_verdict`."""
+
+    event: ClientEvent
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class EndSession:
     """The client closed its session for good: close it, then the socket (1000)."""
 
@@ -146,6 +165,7 @@ Action = (
     | ResumeRequested
     | CallAck
     | AnswerInput
+    | DeliverEvent
     | EndSession
     | Ping
 )
@@ -187,6 +207,23 @@ class InputLedger:
     def done(self) -> None:
         """One answer finished (sent, or given up with its session)."""
         self.in_flight = max(0, self.in_flight - 1)
+
+
+@dataclass(slots=True)
+class ClientSequence:
+    """A session's last accepted ``client_seq``, and the repeats it dropped."""
+
+    last: int = 0
+    repeats: int = 0
+
+    def accept(self, client_seq: int) -> SequenceVerdict:
+        if client_seq <= self.last:
+            self.repeats += 1
+            return "repeat"
+        if client_seq != self.last + 1:
+            return "ahead"
+        self.last = client_seq
+        return "accepted"
 
 
 class Throttles:
@@ -234,12 +271,28 @@ class ConnectionCore:
     """One connection's protocol state. ``keepalive``: whether this shell pings
     (an ASGI server pings by itself, so its shell does not)."""
 
-    def __init__(self, config: GatewayConfig, now: float, *, keepalive: bool = True) -> None:
+    def __init__(
+        self,
+        config: GatewayConfig,
+        now: float,
+        *,
+        keepalive: bool = True,
+        event_types: frozenset[str] = frozenset(),
+    ) -> None:
         self._config = config
         self._keepalive = keepalive
+        #: Client event types taken besides ``input`` and the built-in ones.
+        self._event_types = event_types | BUILTIN_EVENT_TYPES
         self.phase = Phase.FIRST_FRAME
         self._deadline = now + config.handshake_timeout_s
         self._rate = InputRate(config.max_inputs_per_second)
+        self._event_rate = InputRate(config.max_client_events_per_second)
+        self._byte_rate = ByteRate(config.max_client_bytes_per_second)
+        #: The session's last accepted ``client_seq`` (as this connection knows
+        #: it), what ``client_ack`` last said, and when an ack falls due.
+        self.last_client_seq = 0
+        self._acked_client_seq = 0
+        self._ack_due: float | None = None
         self._ping_at = now + config.ping_interval_s
         self._ping_sent: float | None = None
         #: Set when a resume attached this connection; cleared by the client's
@@ -256,16 +309,27 @@ class ConnectionCore:
         """When `tick` has something to do next (``None``: nothing timed)."""
         if self.phase is Phase.FIRST_FRAME:
             return self._deadline
-        if self.phase is not Phase.OPEN or not self._keepalive:
+        if self.phase is not Phase.OPEN:
             return None
-        if self._ping_sent is not None:
-            return self._ping_sent + self._config.idle_timeout_s
-        return self._ping_at
+        keepalive: float | None = None
+        if self._keepalive:
+            keepalive = (
+                self._ping_at
+                if self._ping_sent is None
+                else self._ping_sent + self._config.idle_timeout_s
+            )
+        if self._ack_due is None:
+            return keepalive
+        return self._ack_due if keepalive is None else min(keepalive, self._ack_due)
 
     def tick(self, now: float) -> list[Action]:
         if self.phase is Phase.FIRST_FRAME and now >= self._deadline:
             return self._fatal(ProtocolError("handshake_timeout", "no first frame in time"))
-        if self.phase is not Phase.OPEN or not self._keepalive:
+        if self.phase is not Phase.OPEN:
+            return []
+        if self._ack_due is not None and now >= self._ack_due:
+            return self._client_ack()
+        if not self._keepalive:
             return []
         if self._ping_sent is not None:
             if now >= self._ping_sent + self._config.idle_timeout_s:
@@ -303,6 +367,8 @@ class ConnectionCore:
                         client_event_id=frame.client_event_id,
                     )
                 return [AnswerInput(client_event_id=frame.client_event_id, text=frame.text)]
+            if isinstance(frame, ClientEvent):
+                return self._client_event(frame, now)
             if isinstance(frame, CloseSession):
                 self.phase = Phase.ENDED
                 return [EndSession()]
@@ -310,9 +376,74 @@ class ConnectionCore:
         except ProtocolError as error:
             return self.fail(error)
 
-    def admitted(self, session_id: str, generation: int, *, resumed: bool, now: float) -> None:
-        """The open or resume asked for succeeded; the session is attached here."""
+    def _client_event(self, event: ClientEvent, now: float) -> list[Action]:
+        seq = event.client_seq
+        if event.type != "input" and event.type not in self._event_types:
+            raise ProtocolError(
+                "bad_request", f"unknown client event type {event.type!r}", client_seq=seq
+            )
+        if not self._event_rate.allow(now):
+            raise ProtocolError(
+                "rate_limited",
+                f"more than {self._config.max_client_events_per_second:g} client events a second",
+                client_seq=seq,
+            )
+        if not self._byte_rate.allow(event.size, now):
+            raise ProtocolError(
+                "rate_limited",
+                f"more than {self._config.max_client_bytes_per_second:g} bytes a second",
+                client_seq=seq,
+            )
+        if event.type == "input" and not self._rate.allow(now):
+            raise ProtocolError(
+                "rate_limited",
+                f"more than {self._config.max_inputs_per_second:g} inputs a second",
+                client_seq=seq,
+                client_event_id=event.fields.get("client_event_id"),
+            )
+        return [DeliverEvent(event=event)]
+
+    def event_verdict(
+        self, event: ClientEvent, verdict: SequenceVerdict, last_client_seq: int, now: float
+    ) -> list[Action]:
+        """What the session's `ClientSequence` said about ``event``; ``last_client_seq``:
+        the session's last accepted sequence after it."""
+        self.last_client_seq = last_client_seq
+        if verdict == "ahead":
+            return self.fail(
+                ProtocolError(
+                    "bad_request",
+                    f"client_seq {event.client_seq} skips ahead of {last_client_seq + 1}",
+                    client_seq=event.client_seq,
+                    last_client_seq=last_client_seq,
+                )
+            )
+        if self._ack_due is None:
+            self._ack_due = now + self._config.client_ack_interval_s
+        if last_client_seq - self._acked_client_seq >= self._config.client_ack_every:
+            return self._client_ack()
+        return []
+
+    def _client_ack(self) -> list[Action]:
+        self._ack_due = None
+        if self.last_client_seq == self._acked_client_seq:
+            return []
+        self._acked_client_seq = self.last_client_seq
+        return [Reply(frame={"type": "client_ack", "client_seq": self.last_client_seq})]
+
+    def admitted(
+        self,
+        session_id: str,
+        generation: int,
+        *,
+        resumed: bool,
+        now: float,
+        last_client_seq: int = 0,
+    ) -> None:
+        """The open or resume asked for succeeded; the session is attached here
+        (``session.created`` / ``session.resumed`` said ``last_client_seq``)."""
         self.phase = Phase.OPEN
+        self.last_client_seq = self._acked_client_seq = last_client_seq
         self.session_id = session_id
         self.attachment_generation = generation
         # A resume stays unconfirmed until the client speaks on this

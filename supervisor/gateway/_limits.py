@@ -10,7 +10,7 @@ import logging
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
-__all__ = ["AddressCounter", "FailureThrottle", "InputRate", "LogLimiter"]
+__all__ = ["AddressCounter", "ByteRate", "FailureThrottle", "InputRate", "LogLimiter"]
 
 
 class FailureThrottle:
@@ -114,6 +114,29 @@ class InputRate:
         if self._tokens < 1:
             return False
         self._tokens -= 1
+        return True
+
+
+@dataclass(slots=True)
+class ByteRate:
+    """A token bucket of bytes: ``per_second`` a second, in bursts of as many.
+
+    A message larger than the burst passes once the bucket is full (so any
+    message under the frame cap can go), and leaves the bucket that far in debt.
+    """
+
+    per_second: float
+    _tokens: float = 0.0
+    _at: float | None = None
+
+    def allow(self, size: int, now: float) -> bool:
+        if self._at is None:
+            self._tokens, self._at = self.per_second, now
+        self._tokens = min(self.per_second, self._tokens + (now - self._at) * self.per_second)
+        self._at = now
+        if self._tokens < min(size, self.per_second):
+            return False
+        self._tokens -= size
         return True
 
 

@@ -1,29 +1,21 @@
-"""The gateway's wire protocol: JSON text frames, parsed and built without I/O.
+"""The gateway's wire protocol: frames parsed and built without I/O.
 
-Client -> server, one JSON object per text frame, ``type`` first:
-
-==================  ===========================================================
-``session.open``    ``{secret?}``: start a session (the first frame)
-``session.resume``  ``{session_id, resume_token, last_received_server_event_seq}``
-                    (the first frame)
-``ack``             ``{server_event_seq}``: the client has these; drop them
-``input``           ``{client_event_id, text}``: answered exactly once per id
-``session.close``   end the session for good
-==================  ===========================================================
-
-Server -> client: ``session.created {session_id, resume_token,
-attachment_generation}`` or ``session.resumed {session_id, resume_token,
-attachment_generation, replayed}``, then events each carrying
-``server_event_seq``, ``input.duplicate {client_event_id}`` for a retried
-input, and ``error {code, message}``; a fatal error is followed by a close
-with the code's own close code. The errors in `NON_FATAL` leave the
-connection open; a refused input's error carries its ``client_event_id``, and
-the input was not answered (it may be sent again).
+docs/protocol.md is the whole protocol (every frame, field, error and close
+code, the resume and ack rules); a test checks its tables against the
+constants here. In short: the client sends JSON text frames (``session.open``
+or ``session.resume`` first, then ``ack``, ``input``, ``session.close`` and
+*client events*: any other ``type``, sequenced by ``client_seq``), and binary
+messages, each one client event whose bytes travel raw (`parse_binary_event`).
+The server sends ``session.created`` / ``session.resumed`` (with
+``last_client_seq``), events with ``server_event_seq``, ``client_ack``,
+``input.duplicate`` and ``error``; a fatal error is followed by a close with
+the code's own close code.
 """
 
 from __future__ import annotations
 
 import json
+import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -33,16 +25,42 @@ __all__ = [
     "FATAL",
     "NON_FATAL",
     "Ack",
+    "ClientEvent",
     "ClientFrame",
     "CloseSession",
     "Input",
     "OpenSession",
     "ProtocolError",
     "ResumeSession",
+    "binary_event",
     "error_frame",
     "frame_text",
+    "parse_binary_event",
     "parse_client_frame",
 ]
+
+#: Frame types the gateway itself understands (client -> server); every other
+#: ``type`` is a client event for the engine.
+CONTROL_TYPES = frozenset({"session.open", "session.resume", "ack", "input", "session.close"})
+
+#: Client events the gateway always takes (it cancels the task the event names).
+BUILTIN_EVENT_TYPES = frozenset({"response.cancel"})
+
+#: Frame types the server sends that the gateway itself makes (the engine's
+#: events come besides, each with ``server_event_seq``).
+SERVER_FRAME_TYPES = frozenset(
+    {
+        "session.created",
+        "session.resumed",
+        "client_ack",
+        "input.duplicate",
+        "error",
+        "session.closed",
+    }
+)
+
+#: A binary client event: this many bytes give the JSON header's length (big endian).
+BINARY_HEADER_LENGTH = struct.Struct(">H")
 
 # Built once: json.dumps builds an encoder per call for non-default options,
 # a third of its cost on a small frame. Same options, same text.
@@ -120,6 +138,8 @@ class ResumeSession:
     session_id: str
     resume_token: str
     last_received_server_event_seq: int
+    #: A credential for the ``authenticate`` hook (see `GatewayConfig.authenticate_on_first_frame`).
+    secret: str | None = None
 
     def __repr__(self) -> str:  # the token stays out of every repr
         return (
@@ -144,7 +164,23 @@ class CloseSession:
     pass
 
 
-ClientFrame = OpenSession | ResumeSession | Ack | Input | CloseSession
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClientEvent:
+    """A sequenced client event for the engine (``input`` with a ``client_seq`` too).
+
+    ``fields``: the frame's other fields (without ``type`` and ``client_seq``);
+    ``data``: a binary event's payload (``None`` for a JSON one); ``size``: the
+    bytes of the WebSocket message that carried it (what the byte rate counts).
+    """
+
+    type: str
+    client_seq: int
+    fields: Mapping[str, object]
+    data: bytes | None = None
+    size: int = 0
+
+
+ClientFrame = OpenSession | ResumeSession | Ack | Input | CloseSession | ClientEvent
 
 
 def _field(data: dict[str, Any], name: str, kind: type, what: str) -> Any:
@@ -165,10 +201,52 @@ def _encodable(text: str) -> bool:
     return True
 
 
+def _client_seq(data: dict[str, Any], kind: str) -> int:
+    seq = _field(data, "client_seq", int, kind)
+    if seq < 1:
+        raise ProtocolError("bad_request", f"{kind}.client_seq must be 1 or more")
+    return int(seq)
+
+
+def _event(data: dict[str, Any], size: int, payload: bytes | None) -> ClientEvent:
+    kind = data["type"]
+    seq = _client_seq(data, kind)
+    fields = {k: v for k, v in data.items() if k not in ("type", "client_seq", "binary")}
+    return ClientEvent(type=kind, client_seq=seq, fields=fields, data=payload, size=size)
+
+
+def parse_binary_event(message: bytes) -> ClientEvent:
+    """A binary message: a 2-byte big-endian length, that many bytes of a UTF-8
+    JSON header object (``type``, ``client_seq``, any other fields), then the
+    event's bytes, raw."""
+    if len(message) < BINARY_HEADER_LENGTH.size:
+        raise ProtocolError("bad_request", "binary message shorter than its header length")
+    (length,) = BINARY_HEADER_LENGTH.unpack_from(message)
+    end = BINARY_HEADER_LENGTH.size + length
+    if len(message) < end:
+        raise ProtocolError("bad_request", "binary message shorter than its header")
+    try:
+        header = json.loads(message[BINARY_HEADER_LENGTH.size : end].decode("utf-8"))
+    except (ValueError, RecursionError):
+        raise ProtocolError("bad_request", "binary header is not UTF-8 JSON") from None
+    if not isinstance(header, dict):
+        raise ProtocolError("bad_request", "binary header is not a JSON object")
+    kind = header.get("type")
+    if not isinstance(kind, str) or not kind or kind in CONTROL_TYPES:
+        raise ProtocolError("bad_request", "a binary message carries a client event's type")
+    return _event(header, len(message), message[end:])
+
+
+def binary_event(header: Mapping[str, object], data: bytes) -> bytes:
+    """A binary client event as `parse_binary_event` reads it (what a client sends)."""
+    encoded = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    return BINARY_HEADER_LENGTH.pack(len(encoded)) + encoded + data
+
+
 def parse_client_frame(message: str | bytes, *, max_text: int = 16_384) -> ClientFrame:
     """One client frame, or `ProtocolError` (``bad_request``) saying why."""
     if isinstance(message, bytes):
-        raise ProtocolError("bad_request", "binary frames are not part of the protocol")
+        return parse_binary_event(message)
     try:
         data = json.loads(message)
     except (ValueError, RecursionError):
@@ -176,13 +254,15 @@ def parse_client_frame(message: str | bytes, *, max_text: int = 16_384) -> Clien
     if not isinstance(data, dict):
         raise ProtocolError("bad_request", "frame is not a JSON object")
     kind = data.get("type")
-    if kind == "session.open":
+    if kind in ("session.open", "session.resume"):
         secret = data.get("secret")
         if secret is not None and not (isinstance(secret, str) and _encodable(secret)):
-            raise ProtocolError("bad_request", "session.open.secret must be a string")
+            raise ProtocolError("bad_request", f"{kind}.secret must be a string")
+    if kind == "session.open":
         return OpenSession(secret=secret)
     if kind == "session.resume":
         return ResumeSession(
+            secret=secret,
             session_id=_field(data, "session_id", str, kind),
             resume_token=_field(data, "resume_token", str, kind),
             last_received_server_event_seq=_field(
@@ -195,10 +275,16 @@ def parse_client_frame(message: str | bytes, *, max_text: int = 16_384) -> Clien
         text = _field(data, "text", str, kind)
         if len(text) > max_text:
             raise ProtocolError("bad_request", f"input.text is longer than {max_text}")
-        return Input(client_event_id=_field(data, "client_event_id", str, kind), text=text)
+        client_event_id = _field(data, "client_event_id", str, kind)
+        if "client_seq" in data:
+            # Sequenced as a client event, and answered once per id as ever.
+            return _event(data, len(message), None)
+        return Input(client_event_id=client_event_id, text=text)
     if kind == "session.close":
         return CloseSession()
-    raise ProtocolError("bad_request", "unknown frame type")
+    if isinstance(kind, str) and kind and _encodable(kind):
+        return _event(data, len(message), None)
+    raise ProtocolError("bad_request", "a frame needs a string type")
 
 
 def error_frame(error: ProtocolError) -> dict[str, object]:

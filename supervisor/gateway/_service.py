@@ -13,6 +13,7 @@ registry must be the door of the loop it runs on.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import time
@@ -35,6 +36,7 @@ from supervisor.gateway._core import (
     CallAck,
     CloseSocket,
     ConnectionCore,
+    DeliverEvent,
     EndConnection,
     EndSession,
     OpenRequested,
@@ -118,6 +120,7 @@ class GatewayService:
             max_inputs_per_session=config.max_inputs_per_session,
             max_inputs_in_flight=config.max_inputs_in_flight,
             on_overflow=self.on_overflow,
+            on_engine_close=self.on_engine_close,
         )
         self._task_group = task_group
         self._authenticate = authenticate
@@ -128,6 +131,8 @@ class GatewayService:
         self.frames_delivered = 0
         self.sends_in_progress = 0
         self.metrics = GatewayMetrics(self)
+        #: The operations port bound (``config.metrics_port``, or the free one 0 picked).
+        self.metrics_port: int | None = None
 
     def throttled_addresses(self) -> int:
         return self.admission.throttled_addresses()
@@ -162,6 +167,20 @@ class GatewayService:
             error = ProtocolError("overflow", "the session's journal overflowed; it is closed")
             self._task_group.start_soon(self._end_session, session_id, ws, error)
 
+    def on_engine_close(self, session_id: str, reason: str) -> None:
+        # In a task of its own: the close stops the engine's work, which may
+        # be the very task that asked for it.
+        self._task_group.start_soon(self._engine_closed, session_id, reason)
+
+    async def _engine_closed(self, session_id: str, reason: str) -> None:
+        ws = self._live.get(session_id)
+        if ws is not None:
+            frame = {"type": "session.closed", "reason": reason}
+            with contextlib.suppress(KeyError, SessionError, TransportClosedError):
+                await self.registry.send_event(session_id, frame, journal=False)
+        with contextlib.suppress(KeyError, SessionError):
+            await self._end_session(session_id, ws, None)
+
     async def go_away(self, timeout_s: float = 2.0) -> None:
         """Close every connection with 1001, all at once (one silent client must
         not use up the others' time); then the engine hears ``stop`` for every
@@ -182,13 +201,19 @@ class GatewayService:
         error boundary (which closes 1011).
         """
         self._sockets.add(ws)
-        core = ConnectionCore(self.config, anyio.current_time(), keepalive=keepalive)
+        core = ConnectionCore(
+            self.config,
+            anyio.current_time(),
+            keepalive=keepalive,
+            event_types=self.work.event_types,
+        )
         try:
             if not self.accepting:
                 await ws.close(GOING_AWAY, "going_away")
                 return
             conn = _Connection(ws=ws, core=core, handshake=handshake)
-            conn.identity = await self._identify(conn)
+            if not self.config.authenticate_on_first_frame:
+                conn.identity = await self._identify(conn)
             if core.phase is Phase.ENDED:
                 return
             async with anyio.create_task_group() as pings:
@@ -206,19 +231,24 @@ class GatewayService:
                 await self._left(ws, core)
 
     async def _identify(self, conn: _Connection) -> object:
+        try:
+            return await self._identity(conn.handshake)
+        except ProtocolError as error:
+            await self._act(conn, conn.core.fail(error))
+        return None
+
+    async def _identity(self, handshake: Handshake) -> object:
+        """The hook's identity for ``handshake``; `ProtocolError` if it refuses."""
         if self._authenticate is None:
             return None
         try:
-            identity = self._authenticate(conn.handshake)
+            identity = self._authenticate(handshake)
             if isinstance(identity, Awaitable):
                 identity = await identity
         except Unauthorized:
             identity = None
         if identity is None:
-            try:
-                self.admission.refused_credential(conn.handshake.client, "not authenticated")
-            except ProtocolError as error:
-                await self._act(conn, conn.core.fail(error))
+            self.admission.refused_credential(handshake.client, "not authenticated")
         return identity
 
     async def _loop(self, conn: _Connection) -> None:
@@ -264,6 +294,13 @@ class GatewayService:
                         await self.registry.acknowledge(session_id, action.server_event_seq)
                     except InvalidSequenceError as exc:
                         return core.fail(ProtocolError("bad_request", str(exc)))
+                    presence = self.work.presence(session_id)
+                    if presence is not None:
+                        presence.acked_server_event_seq = max(
+                            presence.acked_server_event_seq, action.server_event_seq
+                        )
+                elif isinstance(action, DeliverEvent):
+                    return await self._deliver(core, session_id, action)
                 elif isinstance(action, AnswerInput):
                     verdict = self.work.answer(session_id, action.client_event_id, action.text)
                     if verdict is None:
@@ -280,11 +317,39 @@ class GatewayService:
                 core.ended()
         return []
 
+    async def _deliver(
+        self, core: ConnectionCore, session_id: str, action: DeliverEvent
+    ) -> list[Action]:
+        event = action.event
+        outcome = await self.work.deliver(session_id, event)
+        if outcome is None:
+            raise KeyError(session_id)
+        verdict, last = outcome
+        if verdict == "repeat":
+            self.counters.client_events_repeated += 1
+        elif verdict == "accepted":
+            self.counters.client_events_accepted += 1
+        actions = core.event_verdict(event, verdict, last, anyio.current_time())
+        if verdict == "accepted" and event.type == "input":
+            client_event_id = str(event.fields["client_event_id"])
+            answer = self.work.answer(session_id, client_event_id, str(event.fields["text"]))
+            if answer is None:
+                raise KeyError(session_id)
+            actions += core.input_verdict(client_event_id, answer)
+        return actions
+
     async def _admit(
         self, conn: _Connection, action: OpenRequested | ResumeRequested
     ) -> list[Action]:
-        ws, core, identity = conn.ws, conn.core, conn.identity
+        ws, core = conn.ws, conn.core
         address = conn.handshake.client
+        if self.config.authenticate_on_first_frame:
+            handshake = dataclasses.replace(conn.handshake, credential=action.frame.secret)
+            try:
+                conn.identity = await self._identity(handshake)
+            except ProtocolError as error:
+                return core.fail(error)
+        identity = conn.identity
 
         async def send(frame: Mapping[str, object]) -> None:
             # The real clock for a real latency, and far cheaper per frame than
@@ -310,7 +375,12 @@ class GatewayService:
                 )
             else:
                 session_id, generation = await self.admission.resume(
-                    send, close, address, action.frame, identity
+                    send,
+                    close,
+                    address,
+                    action.frame,
+                    identity,
+                    last_client_seq=await self.work.last_client_seq(action.frame.session_id),
                 )
         except ProtocolError as error:
             if resumed:
@@ -337,13 +407,24 @@ class GatewayService:
             if session_id not in self.work:
                 # Taken over from another process through a session store:
                 # this process's engine adopts the session (the old one's
-                # stops when its writes are refused).
-                self.work.start(session_id, identity)
+                # stops when its writes are refused), and its client_seq,
+                # read again now that the old owner is fenced off.
+                last = await self.work.last_client_seq(session_id)
+                self.work.start(session_id, identity, last_client_seq=last)
         else:
             self.work.start(session_id, identity)
         logger.debug("%s %s from %s", "resumed" if resumed else "opened", session_id, address)
-        core.admitted(session_id, generation, resumed=resumed, now=anyio.current_time())
+        core.admitted(
+            session_id,
+            generation,
+            resumed=resumed,
+            now=anyio.current_time(),
+            last_client_seq=await self.work.last_client_seq(session_id),
+        )
         self._live[session_id] = ws
+        presence = self.work.presence(session_id)
+        if presence is not None:
+            presence.set_attached(True)
         return []
 
     async def _ping(self, ws: Transport, core: ConnectionCore) -> None:
@@ -358,6 +439,9 @@ class GatewayService:
             return
         if self._live.get(session_id) is ws:
             del self._live[session_id]
+            presence = self.work.presence(session_id)
+            if presence is not None:
+                presence.set_attached(False)
         with contextlib.suppress(KeyError, SessionError):
             if core.unconfirmed_resume and await self.registry.abandon_resume(
                 session_id, attachment_generation=generation
@@ -366,7 +450,7 @@ class GatewayService:
         await self.registry.detach(session_id, attachment_generation=generation)
 
     async def _end_session(
-        self, session_id: str, ws: Transport, error: ProtocolError | None
+        self, session_id: str, ws: Transport | None, error: ProtocolError | None
     ) -> None:
         self.work.stop(session_id)
         try:
@@ -374,6 +458,8 @@ class GatewayService:
         except SessionCrashedError:
             # Retryable, and a crashed close left no trace: close it again.
             await self.registry.close(session_id)
+        if ws is None:
+            return
         with contextlib.suppress(TransportClosedError):
             if error is None:
                 await ws.close(1000, "session_closed")

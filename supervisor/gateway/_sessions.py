@@ -7,6 +7,15 @@ treats as the session's end stops this work (closed, expired, failed, an
 overflowed journal, the registry gone): a send that fails or times out is the
 transport's trouble, the event is journaled and a resume replays it.
 
+Sequenced client events (``client_seq``) pass the session's
+`ClientSequence` here, once each. With a session store, the stored
+``last_client_seq`` (what a resume on another process starts from) grows
+once an event is handled: atomically with the journaling of an engine event
+that carries its ``client_seq`` (`actors._store.Commit`), or once the
+engine's ``on_client_event`` returned. Each session's accepted events of the
+engine's declared types reach ``engine.on_client_event`` in order, through one
+task per session; a ``response.cancel`` cancels the scopes it names at once.
+
 With a session store, an input new to this process asks the store first
 (`SessionStore.claim_input`): an input another process already answered
 (its ``response.done`` journaled, which the replay carries) is answered
@@ -18,7 +27,8 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -36,8 +46,15 @@ from actors._errors import (
 )
 from actors._store import input_key
 from supervisor._async_door import AsyncSessionRegistry
-from supervisor.gateway._core import InputLedger, InputVerdict
-from supervisor.gateway._engine import Engine, EngineSession, SessionEnded
+from supervisor.gateway._core import ClientSequence, InputLedger, InputVerdict, SequenceVerdict
+from supervisor.gateway._engine import (
+    ClientEvent,
+    Engine,
+    EngineSession,
+    SessionEnded,
+    SessionPresence,
+    client_event_types,
+)
 
 __all__ = ["EngineWork", "TaskSpawner"]
 
@@ -53,8 +70,55 @@ logger = logging.getLogger("duplex_supervisor.supervisor")
 #: How long an engine's send waits before trying an unreachable store again.
 STORE_RETRY_S = 0.2
 
+#: Accepted client events waiting for the engine, per session: past this the
+#: connection's reading waits (backpressure), nothing is dropped.
+EVENT_BUFFER = 64
+
 #: Errors of ``send_event`` that mean the session is over for good.
 _SESSION_ENDED = (KeyError, SessionFailedError, RegistryClosedError)
+
+
+class _Inbox:
+    """A session's accepted client events on their way to the engine: bounded
+    (a full inbox makes the connection's reading wait), closed at the session's end."""
+
+    def __init__(self, capacity: int) -> None:
+        self._items: deque[ClientEvent] = deque()
+        self._capacity = capacity
+        self._changed: anyio.Event | None = None
+        self.closed = False
+
+    async def _wait(self) -> None:
+        if self._changed is None:
+            self._changed = anyio.Event()
+        await self._changed.wait()
+
+    def _notify(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
+
+    async def put(self, event: ClientEvent) -> None:
+        while len(self._items) >= self._capacity and not self.closed:
+            await self._wait()
+        if not self.closed:
+            self._items.append(event)
+            self._notify()
+
+    async def get(self) -> ClientEvent | None:
+        """The next event; ``None`` once closed."""
+        while not self._items:
+            if self.closed:
+                return None
+            await self._wait()
+        event = self._items.popleft()
+        self._notify()
+        return event
+
+    def close(self) -> None:
+        self.closed = True
+        self._items.clear()
+        self._notify()
 
 
 @dataclass(slots=True)
@@ -66,9 +130,26 @@ class _Live:
     #: new work, so an input the old work claimed and never finished is
     #: answered again (the ledger dedupes within one work's life).
     claimant: str
+    presence: SessionPresence
+    sequence: ClientSequence
+    events: _Inbox | None
     #: One per running task (a scope is entered once); the session's end cancels all.
     scopes: set[anyio.CancelScope] = field(default_factory=set)
     stopped: bool = False
+
+
+@contextlib.contextmanager
+def _task_scope(live: _Live) -> Iterator[anyio.CancelScope]:
+    """A scope of one of the session's tasks, which the session's end cancels."""
+    scope = anyio.CancelScope()
+    if live.stopped:
+        scope.cancel()
+    live.scopes.add(scope)
+    try:
+        with scope:
+            yield scope
+    finally:
+        live.scopes.discard(scope)
 
 
 class EngineWork:
@@ -83,6 +164,7 @@ class EngineWork:
         max_inputs_per_session: int,
         max_inputs_in_flight: int,
         on_overflow: Callable[[str], None] | None = None,
+        on_engine_close: Callable[[str, str], None] | None = None,
     ) -> None:
         self.registry = registry
         self.engine = engine
@@ -90,6 +172,9 @@ class EngineWork:
         self._max_ids = max_inputs_per_session
         self._max_in_flight = max_inputs_in_flight
         self._on_overflow = on_overflow
+        self._on_engine_close = on_engine_close
+        #: Client event types the engine takes (besides the gateway's own).
+        self.event_types = client_event_types(engine)
         self._live: dict[str, _Live] = {}
         self._works = itertools.count(1)
 
@@ -99,7 +184,10 @@ class EngineWork:
     def __len__(self) -> int:
         return len(self._live)
 
-    def start(self, session_id: str, identity: object) -> None:
+    def start(self, session_id: str, identity: object, *, last_client_seq: int = 0) -> None:
+        """Start the engine's work for a session; ``last_client_seq``: what the
+        session accepted before (`last_client_seq`, read before its resume)."""
+
         async def send(payload: Mapping[str, object]) -> None:
             await self._send(session_id, lambda: self.registry.send_event(session_id, payload))
 
@@ -107,15 +195,107 @@ class EngineWork:
             batch = tuple(payloads)
             await self._send(session_id, lambda: self.registry.send_events(session_id, batch))
 
+        def close(reason: str) -> None:
+            if self._on_engine_close is not None:
+                self._on_engine_close(session_id, reason)
+
+        presence = SessionPresence()
+        presence.last_client_seq = last_client_seq
+        inbox = _Inbox(EVENT_BUFFER) if self.event_types else None
         live = _Live(
             ledger=InputLedger(max_ids=self._max_ids, max_in_flight=self._max_in_flight),
             session=EngineSession(
-                session_id=session_id, identity=identity, _send=send, _send_many=send_many
+                session_id=session_id,
+                identity=identity,
+                _send=send,
+                _send_many=send_many,
+                _close=close,
+                _presence=presence,
             ),
             claimant=f"{self.registry.system.registry_id}/{next(self._works)}",
+            presence=presence,
+            sequence=ClientSequence(last=last_client_seq),
+            events=inbox,
         )
         self._live[session_id] = live
         self._task_group.start_soon(self._run, live, "start", None)
+        if inbox is not None:
+            self._task_group.start_soon(self._feed, live, inbox)
+
+    def presence(self, session_id: str) -> SessionPresence | None:
+        """The session's attachment and acks as its engine sees them (``None``: no work)."""
+        live = self._live.get(session_id)
+        return None if live is None else live.presence
+
+    async def last_client_seq(self, session_id: str) -> int:
+        """The session's last accepted ``client_seq`` (0: none): this process's,
+        and with a store the store's if higher (another process may have held
+        the session since this one last did, unbeknown to its work here);
+        this process's sequence catches up with it."""
+        live = self._live.get(session_id)
+        local = 0 if live is None else live.sequence.last
+        store = self.registry.system.store
+        if store is None:
+            return local
+        stored = int(await self._store_call(store.last_client_seq, session_id))
+        if live is not None and stored > live.sequence.last:
+            live.sequence.last = live.presence.last_client_seq = stored
+        return max(local, stored)
+
+    async def deliver(
+        self, session_id: str, event: ClientEvent
+    ) -> tuple[SequenceVerdict, int] | None:
+        """Sequence ``event`` against its session and hand an accepted one on:
+        the verdict and the session's last accepted ``client_seq``; ``None``: no
+        such session. An accepted ``input`` is for the caller to answer."""
+        live = self._live.get(session_id)
+        if live is None:
+            return None
+        verdict = live.sequence.accept(event.client_seq)
+        last = live.sequence.last
+        if verdict != "accepted":
+            return verdict, last
+        live.presence.last_client_seq = last
+        if event.type == "response.cancel":
+            response_id = event.fields.get("response_id")
+            if isinstance(response_id, str):
+                live.presence.cancel(response_id)
+        if live.events is not None and event.type in self.event_types:
+            await live.events.put(event)
+        elif event.type != "input":
+            # Nothing more to do for it: handled.
+            await self._handled(live, last)
+        return verdict, last
+
+    async def _handled(self, live: _Live, client_seq: int) -> None:
+        """With a store: client events through ``client_seq`` are handled, for a
+        resume on another process. (An engine event carrying ``client_seq`` says
+        so atomically with its journaling; this covers events it answers
+        otherwise. An input is answered once by its id, and never marked here.)"""
+        store = self.registry.system.store
+        if store is not None:
+            await self._store_call(store.record_client_seq, live.session.session_id, client_seq)
+
+    async def _store_call(self, call: Callable[..., Any], *args: Any) -> Any:
+        """``call(*args)`` in a thread, until the store answers."""
+        while True:
+            try:
+                return await anyio.to_thread.run_sync(call, *args)
+            except StoreUnavailableError:
+                await anyio.sleep(STORE_RETRY_S)
+
+    async def _feed(self, live: _Live, events: _Inbox) -> None:
+        """One session's client events to ``engine.on_client_event``, in order."""
+        handle = getattr(self.engine, "on_client_event")  # noqa: B009 - declared, checked
+        with _task_scope(live):
+            while (event := await events.get()) is not None:
+                try:
+                    await handle(live.session, event)
+                except SessionEnded:
+                    return
+                except Exception:
+                    logger.exception("the engine's on_client_event failed")
+                await self._handled(live, event.client_seq)
 
     def answer(self, session_id: str, client_event_id: str, text: str) -> InputVerdict | None:
         """The ledger's verdict (an ``"answer"`` is started); ``None``: no such session."""
@@ -133,6 +313,8 @@ class EngineWork:
         if live is None:
             return
         live.stopped = True
+        if live.events is not None:
+            live.events.close()
         for scope in live.scopes:
             scope.cancel()
         try:
@@ -146,22 +328,19 @@ class EngineWork:
             self.stop(session_id)
 
     async def _run(self, live: _Live, kind: str, args: tuple[str, str] | None) -> None:
-        scope = anyio.CancelScope()
-        if live.stopped:
-            scope.cancel()
-        live.scopes.add(scope)
-        with scope:
+        with _task_scope(live):
             try:
                 if args is None:
                     await self.engine.start(live.session)
                 elif await self._claimed(live, args[0]):
-                    await self.engine.answer(live.session, *args)
+                    # An answer is cancellable by its input's id (barge-in).
+                    with live.session.cancellable(args[0]):
+                        await self.engine.answer(live.session, *args)
             except SessionEnded:
                 pass
             except Exception:
                 logger.exception("the engine's %s failed", kind)
             finally:
-                live.scopes.discard(scope)
                 if args is not None:
                     live.ledger.done()
 
@@ -171,16 +350,9 @@ class EngineWork:
         if store is None:
             return True
         session_id = live.session.session_id
-        claimant, key = live.claimant, input_key(client_event_id)
-        while True:
-            try:
-                claimed = await anyio.to_thread.run_sync(
-                    store.claim_input, session_id, claimant, key
-                )
-            except StoreUnavailableError:
-                await anyio.sleep(STORE_RETRY_S)
-                continue
-            break
+        claimed = await self._store_call(
+            store.claim_input, session_id, live.claimant, input_key(client_event_id)
+        )
         if claimed is False:
             frame = {"type": "input.duplicate", "client_event_id": client_event_id}
             with contextlib.suppress(Exception):
