@@ -1,0 +1,35 @@
+"""The browser client (clients/js/) under Node's own test runner, against a real
+``serve`` child (the Node tests start it with this Python), through a proxy
+that cuts connections. Skipped where Node is absent, unless
+``DUPLEX_REQUIRE_NODE=1`` (.ci/run sets it)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+JS = Path(__file__).resolve().parent.parent / "clients" / "js"
+
+
+def test_the_js_client_passes_its_node_tests() -> None:
+    node = shutil.which("node")
+    if node is None:
+        if os.environ.get("DUPLEX_REQUIRE_NODE") == "1":
+            pytest.fail("node is not installed (DUPLEX_REQUIRE_NODE=1)")
+        pytest.skip("node is not installed: the JS client's tests need Node >= 20")
+    result = subprocess.run(  # noqa: S603 - our own test files
+        [node, "--experimental-websocket", "--test", "test/"],
+        cwd=JS,
+        env={**os.environ, "DUPLEX_PYTHON": sys.executable},
+        capture_output=True,
+        text=True,
+        timeout=110,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    assert "# fail 0" in result.stdout
