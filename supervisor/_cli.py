@@ -270,6 +270,7 @@ def _gateway_config(args: argparse.Namespace) -> GatewayConfig:
         throttle_max_addresses=args.throttle_addresses,
         log_interval_s=args.log_interval,
         max_inputs_per_session=args.max_inputs_per_session,
+        demo_page=getattr(args, "demo_page", False),
     )
 
 

@@ -263,6 +263,12 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "and throttles (repeatable; default: none, the TCP peer is the client)",
     )
     net.add_argument("--path", default="/v1", help="the WebSocket endpoint's path (default /v1)")
+    net.add_argument(
+        "--demo-page",
+        action="store_true",
+        help="serve a page at / that watches a session of the browser client resume through "
+        "cuts (live stream, counters, an input box, a cut button); off by default",
+    )
     net.add_argument("--tls-cert", help="PEM certificate: serve wss:// (needs --tls-key)")
     net.add_argument("--tls-key", help="PEM private key for --tls-cert")
     net.add_argument(

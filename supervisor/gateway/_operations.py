@@ -15,6 +15,8 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from supervisor.gateway._demo_page import demo_page_routes
+
 if TYPE_CHECKING:
     from supervisor.gateway._service import GatewayService
 
@@ -112,7 +114,11 @@ class GatewayMetrics:
 def http_routes(service: GatewayService) -> Callable[[str], tuple[int, str, bytes] | None]:
     """The plain GETs every shell answers: path -> (status, content type, body)."""
 
+    page = demo_page_routes(service.config.path) if service.config.demo_page else None
+
     def route(path: str) -> tuple[int, str, bytes] | None:
+        if page is not None and (answer := page(path)) is not None:
+            return answer
         if path == "/healthz":
             return 200, "text/plain", b"ok\n"
         if path == "/readyz":

@@ -1,0 +1,63 @@
+"""``serve --demo-page``: the page at ``/`` and the browser client module it
+loads, on every server; off by default; the module served is clients/js's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+
+from supervisor.gateway._demo_page import client_module_source
+from tests.attack_support import ServerProcess, server_process
+
+SERVERS = ["trio", "asgi-uvicorn", "asgi-hypercorn"]
+LIMIT = 30
+SOURCE = Path(__file__).resolve().parent.parent / "clients" / "js" / "duplex-client.js"
+
+
+async def _get(process: ServerProcess, path: str) -> tuple[int, str, str]:
+    stream = await trio.open_tcp_stream(process.host, process.port)
+    async with stream:
+        request = f"GET {path} HTTP/1.1\r\nHost: {process.host}\r\nConnection: close\r\n\r\n"
+        await stream.send_all(request.encode())
+        answer = b""
+        while chunk := await stream.receive_some():
+            answer += chunk
+    head, _, body = answer.decode().partition("\r\n\r\n")
+    content_type = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in head.split("\r\n")
+            if line.lower().startswith("content-type:")
+        ),
+        "",
+    )
+    return int(head.split()[1]), content_type, body
+
+
+@pytest.mark.parametrize("server", SERVERS)
+async def test_the_demo_page_and_its_client_are_served_when_asked(server: str) -> None:
+    with trio.fail_after(LIMIT):
+        flags = ("--server", server, "--demo-page", "--path", "/live")
+        async with server_process(*flags) as process:
+            status, kind, page = await _get(process, "/")
+            assert (status, kind.split(";")[0]) == (200, "text/html")
+            assert '<meta name="duplex-path" content="/live">' in page
+            assert "window.duplexStats" in page
+            status, kind, module = await _get(process, "/duplex-client.js")
+            assert (status, kind.split(";")[0]) == (200, "text/javascript")
+            assert module == SOURCE.read_text(encoding="utf-8")
+
+
+async def test_the_demo_page_is_off_by_default() -> None:
+    with trio.fail_after(LIMIT):
+        async with server_process("--server", "trio") as process:
+            for path in ("/", "/duplex-client.js"):
+                status, _, body = await _get(process, path)
+                assert status in (404, 426)  # not found; or: this path wants a WebSocket
+                assert "DuplexClient" not in body
+
+
+def test_the_served_module_is_the_one_source() -> None:
+    assert client_module_source() == SOURCE.read_bytes()
