@@ -166,6 +166,8 @@ def _engine_config(args: argparse.Namespace) -> EngineConfig:
 async def _demo(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     server = SERVER_ALIASES.get(args.server, args.server)
+    if args.browser and (server != "trio" or args.processes > 1 or args.redis is not None):
+        raise ValueError("demo --browser runs the trio server in one process")
     if args.processes > 1 or args.redis is not None:
         return await _demo_processes(args, console, server)
     if server != "trio":
@@ -174,14 +176,23 @@ async def _demo(args: argparse.Namespace) -> int:
     # Every demo client comes from 127.0.0.1: the per-address caps fit the crowd.
     crowd = max(256, 2 * args.clients)
     config = GatewayConfig(
-        port=0, max_connections_per_address=crowd, max_sessions_per_address=crowd
+        port=0,
+        max_connections_per_address=crowd,
+        max_sessions_per_address=crowd,
+        demo_page=args.browser,
     )
     async with trio.open_nursery() as nursery:
         gateway: Gateway = await nursery.start(
             lambda task_status: serve_gateway(config, engine=engine, task_status=task_status)
         )
+        page = f"http://{config.host}:{gateway.port}/"
+        if args.browser:
+            console.print(f"the demo page: open {page} to watch a session resume")
         report = await _run_chaos(gateway.url, _chaos_config(args), console, gateway)
         status = _finish(args, report, gateway)
+        if args.browser:
+            console.print(f"the demo page stays at {page} until Ctrl-C")
+            await trio.sleep_forever()
         nursery.cancel_scope.cancel()
     return status
 

@@ -531,6 +531,12 @@ def parser() -> argparse.ArgumentParser:
         default=DEFAULT_SERVER,
         help=f"the server the demo's gateway runs on, as for serve (default {DEFAULT_SERVER})",
     )
+    demo.add_argument(
+        "--browser",
+        action="store_true",
+        help="also serve the demo page (as serve --demo-page) and print its URL; after the "
+        "table the gateway stays up for the page until Ctrl-C (the trio server, one process)",
+    )
     _add_chaos_flags(demo, clients=20, duration=12.0)
     _add_engine_flags(demo)
     _add_logging_flags(demo)

@@ -3,6 +3,10 @@ loads, on every server; off by default; the module served is clients/js's."""
 
 from __future__ import annotations
 
+import re
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,10 +20,11 @@ LIMIT = 30
 SOURCE = Path(__file__).resolve().parent.parent / "clients" / "js" / "duplex-client.js"
 
 
-async def _get(process: ServerProcess, path: str) -> tuple[int, str, str]:
-    stream = await trio.open_tcp_stream(process.host, process.port)
+async def _get(process: ServerProcess | int, path: str) -> tuple[int, str, str]:
+    port = process if isinstance(process, int) else process.port
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
     async with stream:
-        request = f"GET {path} HTTP/1.1\r\nHost: {process.host}\r\nConnection: close\r\n\r\n"
+        request = f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
         await stream.send_all(request.encode())
         answer = b""
         while chunk := await stream.receive_some():
@@ -61,3 +66,30 @@ async def test_the_demo_page_is_off_by_default() -> None:
 
 def test_the_served_module_is_the_one_source() -> None:
     assert client_module_source() == SOURCE.read_bytes()
+
+
+async def test_demo_browser_serves_the_page_and_stays_up_until_interrupted() -> None:
+    command = [sys.executable, "-m", "supervisor", "demo", "--browser"]
+    command += ["--clients", "2", "--duration", "1"]
+    process = await trio.lowlevel.open_process(command, stderr=subprocess.PIPE)
+    assert process.stderr is not None
+    try:
+        with trio.fail_after(LIMIT):
+            log = ""
+            while "stays at" not in log:
+                chunk = await process.stderr.receive_some()
+                assert chunk, log
+                log += chunk.decode()
+            url = re.search(r"open (http://127\.0\.0\.1:(\d+)/)", log)
+            assert url is not None, log
+            status, kind, body = await _get(int(url.group(2)), "/")
+            assert (status, kind.split(";")[0]) == (200, "text/html")
+            assert "window.duplexStats" in body
+            process.send_signal(signal.SIGINT)
+            assert await process.wait() == 130
+    finally:
+        if process.returncode is None:
+            process.kill()
+        with trio.CancelScope(shield=True):
+            await process.wait()
+            await process.stderr.aclose()
