@@ -217,6 +217,16 @@ def _add_chaos_flags(parser: argparse.ArgumentParser, *, clients: int, duration:
         help="clients acknowledge after every N events (default 10)",
     )
     group.add_argument(
+        "--audio-rate",
+        type=_non_negative,
+        default=10.0,
+        metavar="HZ",
+        help=(
+            "binary audio chunks per second each client streams; each must be "
+            "received once (default 10)"
+        ),
+    )
+    group.add_argument(
         "--seed", type=int, default=0, help="seed of every random choice (default 0)"
     )
     group.add_argument(
@@ -238,6 +248,19 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     net.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
     net.add_argument(
         "--port", type=_port, default=8765, help="TCP port 0..65535, 0 for any (default 8765)"
+    )
+    net.add_argument(
+        "--metrics-port",
+        type=_port,
+        default=None,
+        help="serve /metrics, /healthz and /readyz on this port of --metrics-host (and "
+        "/metrics no longer on --port): the port for the scraper, not for clients "
+        "(default: none, all on --port)",
+    )
+    net.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        help="the address of --metrics-port (default 127.0.0.1)",
     )
     net.add_argument(
         "--server",
@@ -346,6 +369,36 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="RATE",
         help="inputs a connection may send per second, in bursts of as many; an input past "
         "it gets error 'rate_limited' (not answered, not remembered) (default 20)",
+    )
+    limits.add_argument(
+        "--max-client-events-per-second",
+        type=_positive(float),
+        default=100.0,
+        metavar="RATE",
+        help="sequenced client events (client_seq) a connection may send per second, in "
+        "bursts of as many; past it: error 'rate_limited', the event not taken (default 100)",
+    )
+    limits.add_argument(
+        "--max-client-bytes-per-second",
+        type=_positive(float),
+        default=65_536.0,
+        metavar="BYTES",
+        help="bytes of client events a connection may send per second (whole messages), in "
+        "bursts of as many; past it: error 'rate_limited' (default 65536)",
+    )
+    limits.add_argument(
+        "--client-ack-every",
+        type=_positive(int),
+        default=10,
+        metavar="N",
+        help="send client_ack after this many accepted client events (default 10)",
+    )
+    limits.add_argument(
+        "--client-ack-interval",
+        type=_positive(float),
+        default=0.2,
+        metavar="SECONDS",
+        help="or this long after the first accepted client event not yet acked (default 0.2)",
     )
     limits.add_argument(
         "--close-timeout",
@@ -457,6 +510,12 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="HOOK(handshake) in MODULE returns the client's identity or None (refused: "
         "error unauthorized, close 4401); a resume must come from the same identity "
         "(default: none)",
+    )
+    serve.add_argument(
+        "--authenticate-on-first-frame",
+        action="store_true",
+        help="run the --authenticate hook once the opening frame arrived, with the frame's "
+        "secret as handshake.credential (browsers: no header, no secret in the URL)",
     )
     serve.add_argument(
         "--engine",

@@ -340,3 +340,16 @@ async def server_process(
         with trio.CancelScope(shield=True):
             await process.wait()
             await process.stderr.aclose()
+
+
+async def http_get(host: str, port: int, path: str) -> tuple[int, str]:
+    """One plain ``GET``: the status and the body."""
+    stream = await trio.open_tcp_stream(host, port)
+    async with stream:
+        request = f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+        await stream.send_all(request.encode())
+        answer = b""
+        while chunk := await stream.receive_some():
+            answer += chunk
+    head, _, body = answer.decode().partition("\r\n\r\n")
+    return int(head.split()[1]), body

@@ -20,6 +20,7 @@ async def test_chaos_clients_lose_and_repeat_nothing() -> None:
         max_reconnect_delay_s=0.3,
         input_rate_hz=2.0,
         ack_every=5,
+        audio_rate_hz=20.0,
         seed=20240611,
     )
     with trio.fail_after(LIMIT):
@@ -36,6 +37,10 @@ async def test_chaos_clients_lose_and_repeat_nothing() -> None:
             assert totals.inputs > 0
             assert totals.answered == totals.inputs
             assert totals.events_delivered > totals.replayed
+            # Upstream: binary audio chunks, each received exactly once through the cuts.
+            assert totals.client_events_sent > 0
+            assert totals.client_events_received_once == totals.client_events_sent
+            assert (totals.lost_upstream, totals.duplicated_upstream) == (0, 0)
             assert [c.sessions for c in report.clients] == [1] * 8
 
             # The gateway's view agrees: nothing refused. (A resume whose socket

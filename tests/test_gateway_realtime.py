@@ -8,14 +8,17 @@ import base64
 import functools
 import json
 from collections.abc import Callable
+from pathlib import Path
 
 import trio
+import trio.testing
 
 from supervisor._memory_store import MemoryStore
 from supervisor._options import RegistryOptions
 from supervisor.gateway._engine import ClientEvent, DemoEngine, EngineConfig, EngineSession
 from supervisor.gateway._protocol import binary_event
 from supervisor.gateway._server import Gateway, GatewayConfig, serve_gateway
+from supervisor.gateway._sessions import _Inbox
 from supervisor.gateway._wire_client import WireClient
 from tests.gateway_support import LIMIT, read_until, read_until_closed, running_gateway
 
@@ -63,6 +66,8 @@ async def test_binary_audio_is_received_once_each_across_a_cut_and_resume() -> N
             counters = harness.gateway.service.counters
             assert counters.client_events_repeated == 2
             assert counters.client_events_accepted == 6
+            metrics = harness.gateway.service.metrics.render().decode()
+            assert 'duplex_client_events_total{outcome="repeated"} 2.0' in metrics
 
             await again.send_bytes(_chunk(8, 1))
             frames = await read_until(again, "error")
@@ -264,3 +269,61 @@ async def test_a_resume_on_another_process_agrees_on_last_client_seq() -> None:
             finally:
                 await other.cut()
             nursery.cancel_scope.cancel()
+
+
+def _api_doc_engine() -> object:
+    """The realtime engine example of docs/api.md, as written there."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / "api.md").read_text()
+    section = text.split("### A realtime engine", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict[str, object] = {}
+    exec(compile(code, "docs/api.md", "exec"), namespace)  # noqa: S102 - our own doc
+    return namespace["VoiceEngine"]()  # type: ignore[operator]
+
+
+async def test_the_api_docs_realtime_engine_runs_as_written() -> None:
+    engine = _api_doc_engine()
+    with trio.fail_after(LIMIT):
+        async with running_gateway(GatewayConfig(port=0), custom_engine=engine) as harness:  # type: ignore[arg-type]
+            client = (await harness.open()).client
+            await read_until(client, "status")
+            await client.send_bytes(
+                binary_event({"type": "input_audio.append", "client_seq": 1}, bytes(320))
+            )
+            frames = await read_until(client, "heard", client_seq=1)
+            assert frames[-1]["bytes"] == 320
+            await client.send_json({"type": "input_audio.commit", "client_seq": 2})
+            await read_until(client, "delta", response_id="r2")
+            await client.send_json(
+                {"type": "response.cancel", "client_seq": 3, "response_id": "r2"}
+            )
+            await client.send_json({"type": "hang_up", "client_seq": 4})
+            frames, closed = await read_until_closed(client)
+            # Barged in after the first word: the second never came.
+            assert [f for f in frames if f.get("type") == "delta"] == []
+            assert {"type": "session.closed", "reason": "caller hung up"} in frames
+            assert closed.code == 1000
+
+
+async def test_a_sessions_inbox_holds_back_its_producer_when_full_and_ends_on_close() -> None:
+    inbox = _Inbox(2)
+    events = [ClientEvent(type="e", client_seq=n, fields={}) for n in (1, 2, 3)]
+    put_third = trio.Event()
+
+    async def producer() -> None:
+        for event in events:
+            await inbox.put(event)
+        put_third.set()
+
+    with trio.fail_after(LIMIT):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(producer)
+            await trio.testing.wait_all_tasks_blocked()
+            assert not put_third.is_set()  # two held, the third waits
+            assert await inbox.get() == events[0]
+            await put_third.wait()
+            assert [await inbox.get(), await inbox.get()] == events[1:]
+            nursery.start_soon(inbox.get)
+            await trio.testing.wait_all_tasks_blocked()
+            inbox.close()  # the waiting reader ends
+        assert await inbox.get() is None

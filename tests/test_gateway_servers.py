@@ -20,7 +20,7 @@ from websockets.exceptions import ConnectionClosed
 
 from supervisor.gateway._chaos import ChaosConfig, run_chaos
 from supervisor.gateway._wire_client import WireClient, WireRejectedError
-from tests.attack_support import ServerProcess, make_certificate, server_process
+from tests.attack_support import ServerProcess, http_get, make_certificate, server_process
 from tests.gateway_support import Frame, contiguous, read_until, read_until_closed, seq_of
 
 SERVERS = ["trio", "asgi-uvicorn", "asgi-hypercorn"]
@@ -126,15 +126,7 @@ async def test_the_websockets_client_cuts_resumes_and_closes(server: str) -> Non
 
 
 async def _http_get(process: ServerProcess, path: str) -> tuple[int, str]:
-    stream = await trio.open_tcp_stream(process.host, process.port)
-    async with stream:
-        request = f"GET {path} HTTP/1.1\r\nHost: {process.host}\r\nConnection: close\r\n\r\n"
-        await stream.send_all(request.encode())
-        answer = b""
-        while chunk := await stream.receive_some():
-            answer += chunk
-    head, _, body = answer.decode().partition("\r\n\r\n")
-    return int(head.split()[1]), body
+    return await http_get(process.host, process.port, path)
 
 
 @pytest.mark.parametrize("server", SERVERS)

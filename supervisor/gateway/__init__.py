@@ -10,11 +10,20 @@ from __future__ import annotations
 
 from supervisor.gateway._auth import Handshake, Unauthorized, bearer_secret
 from supervisor.gateway._config import GatewayConfig
-from supervisor.gateway._engine import DemoEngine, Engine, EngineConfig, EngineSession, SessionEnded
+from supervisor.gateway._engine import (
+    ClientEvent,
+    DemoEngine,
+    Engine,
+    EngineConfig,
+    EngineSession,
+    RealtimeEngine,
+    SessionEnded,
+)
 from supervisor.gateway._server import Gateway, serve_gateway
 from supervisor.gateway.asgi import GatewayApp
 
 __all__ = [
+    "ClientEvent",
     "DemoEngine",
     "Engine",
     "EngineConfig",
@@ -23,6 +32,7 @@ __all__ = [
     "GatewayApp",
     "GatewayConfig",
     "Handshake",
+    "RealtimeEngine",
     "SessionEnded",
     "Unauthorized",
     "bearer_secret",

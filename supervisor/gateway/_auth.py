@@ -48,6 +48,10 @@ class Handshake:
     peer: str
     #: The client's address, through trusted proxies (see `client_address`).
     client: str
+    #: The opening frame's ``secret`` (``session.open`` or ``session.resume``),
+    #: when the hook runs on the first frame (`GatewayConfig.authenticate_on_first_frame`):
+    #: a browser cannot set ``Authorization`` on a WebSocket, and a URL is logged.
+    credential: str | None = field(default=None, repr=False)
 
     def query_params(self) -> dict[str, list[str]]:
         return urllib.parse.parse_qs(self.query)
@@ -88,7 +92,8 @@ def client_address(peer: str, forwarded_for: Sequence[str], trusted: TrustedProx
 
 
 def bearer_secret(secret: str) -> Callable[[Handshake], object | None]:
-    """An ``authenticate`` hook: ``Authorization: Bearer <secret>`` (or ``?token=``).
+    """An ``authenticate`` hook: ``Authorization: Bearer <secret>``, or the opening
+    frame's ``secret`` (with ``authenticate_on_first_frame``), or ``?token=``.
 
     The identity is the constant ``"bearer"``: everyone holding the secret is
     one identity. Compared in constant time.
@@ -100,6 +105,8 @@ def bearer_secret(secret: str) -> Callable[[Handshake], object | None]:
         header = handshake.headers.get("authorization", "")
         if header[:7].lower() == "bearer ":
             presented = header[7:].strip()
+        elif handshake.credential is not None:
+            presented = handshake.credential
         else:
             presented = (handshake.query_params().get("token") or [""])[0]
         if presented and hmac.compare_digest(presented.encode(), expected):

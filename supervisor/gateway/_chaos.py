@@ -1,11 +1,14 @@
 """Chaos clients: connect, cut at random, resume, and check every event arrived once.
 
-Each client opens a session, acknowledges as it goes, sends inputs, cuts its
-TCP connection at random (no close handshake), waits a short random delay,
-resumes with the last sequence it received and resends inputs not yet
-answered, and at the end closes its session. It checks its own stream:
-sequences contiguous from 1 with no duplicate and no gap, every input
-answered exactly once. Randomness is seeded per client from one seed.
+Each client opens a session, acknowledges as it goes, sends inputs and
+streams audio chunks (binary client events, ``client_seq`` 1, 2, ...), cuts
+its TCP connection at random (no close handshake), waits a short random
+delay, resumes with the last sequence it received, resends inputs not yet
+answered and the chunks after the server's ``last_client_seq``, and at the
+end closes its session. It checks both directions: server events contiguous
+from 1 with no duplicate and no gap, every input answered exactly once, every
+chunk received exactly once (one ``input_audio.received`` each).
+Randomness is seeded per client from one seed.
 
 Against several gateway processes sharing one session store (`Targets`
 with more than one URL) each connect and resume picks a live process at
@@ -25,6 +28,7 @@ from dataclasses import dataclass, field
 
 import trio
 
+from supervisor.gateway._protocol import binary_event
 from supervisor.gateway._wire_client import WireClient, WireClosedError, WireRejectedError
 
 __all__ = ["ChaosConfig", "ChaosReport", "ClientReport", "Targets", "run_chaos"]
@@ -39,6 +43,9 @@ class ChaosConfig:
     max_reconnect_delay_s: float = 0.5
     input_rate_hz: float = 1.0
     ack_every: int = 10
+    #: Audio chunks a second per client (binary ``input_audio.append``), and their size.
+    audio_rate_hz: float = 10.0
+    audio_chunk_bytes: int = 640
     seed: int = 0
     secret: str | None = field(default=None, repr=False)
     #: PEM certificates to trust for ``wss://`` (``None``: the system's).
@@ -49,7 +56,9 @@ class ChaosConfig:
             raise ValueError("clients must be >= 1")
         if not self.duration_s > 0:
             raise ValueError("duration_s must be positive")
-        if self.drop_rate < 0 or self.input_rate_hz < 0 or self.max_reconnect_delay_s < 0:
+        if min(self.drop_rate, self.input_rate_hz, self.audio_rate_hz) < 0 or (
+            self.max_reconnect_delay_s < 0 or self.audio_chunk_bytes < 0
+        ):
             raise ValueError("rates and delays must be >= 0")
         if self.ack_every < 1:
             raise ValueError("ack_every must be >= 1")
@@ -74,6 +83,13 @@ class ClientReport:
     takeovers: int = 0
     #: Sessions whose process was killed and that never resumed anywhere.
     stranded: int = 0
+    #: Client events (audio chunks) sent, each counted once however often resent.
+    client_events_sent: int = 0
+    #: Of those, received by the engine exactly once (one receipt each).
+    client_events_received_once: int = 0
+    #: Sent and never received; received more than once.
+    lost_upstream: int = 0
+    duplicated_upstream: int = 0
 
 
 @dataclass(slots=True)
@@ -84,7 +100,15 @@ class ChaosReport:
     @property
     def ok(self) -> bool:
         t = self.totals
-        return t.lost == 0 and t.duplicated == 0 and t.errors == 0 and t.stranded == 0
+        return (
+            t.lost == 0
+            and t.duplicated == 0
+            and t.errors == 0
+            and t.stranded == 0
+            and t.lost_upstream == 0
+            and t.duplicated_upstream == 0
+            and t.client_events_received_once == t.client_events_sent
+        )
 
     def as_dict(self) -> dict[str, object]:
         return {"totals": dataclasses.asdict(self.totals), "ok": self.ok}
@@ -150,6 +174,10 @@ class _Client:
         self.answered: set[str] = set()
         self.input_ids = itertools.count(1)
         self.prefix = f"c{index}"
+        #: Chunks sent and not yet acked (resent after a resume), by client_seq.
+        self.pending: dict[int, bytes] = {}
+        self.received: set[int] = set()
+        self.next_client_seq = 1
         #: The open connection, if any: closed whatever ends the run.
         self.ws: WireClient | None = None
 
@@ -162,10 +190,17 @@ class _Client:
                 self.last_seq = seq
             elif seq <= self.last_seq:
                 self.report.duplicated += 1
+                return  # counted; what it says was taken in the first time
             else:
                 self.report.lost += seq - self.last_seq - 1
                 self.report.events_delivered += 1
                 self.last_seq = seq
+        if kind == "input_audio.received":
+            self.on_receipt(frame.get("client_seq"))
+        elif kind == "client_ack":
+            self.acked(frame.get("client_seq"))
+        elif kind == "session.created":
+            self.acked(frame.get("last_client_seq"))
         if kind == "response.done":
             client_event_id = str(frame.get("client_event_id"))
             if client_event_id in self.answered:
@@ -176,6 +211,7 @@ class _Client:
                 self.report.answered += 1
         elif kind == "session.resumed":
             self.token = str(frame["resume_token"])
+            self.acked(frame.get("last_client_seq"))
             if self.resuming_from not in (-1, self.process):
                 self.report.resumes_across_processes += 1
                 if self.resuming_from in self.targets.down:
@@ -187,6 +223,29 @@ class _Client:
             self.report.errors += 1
             code = str(frame.get("code"))
             self.report.error_codes[code] = self.report.error_codes.get(code, 0) + 1
+
+    def on_receipt(self, client_seq: object) -> None:
+        if not isinstance(client_seq, int):
+            return
+        if client_seq in self.received:
+            self.report.duplicated_upstream += 1
+        else:
+            self.received.add(client_seq)
+            self.report.client_events_received_once += 1
+
+    def acked(self, client_seq: object) -> None:
+        """The server accepted every chunk through ``client_seq``: keep none of them."""
+        if isinstance(client_seq, int):
+            for seq in [s for s in self.pending if s <= client_seq]:
+                del self.pending[seq]
+
+    async def send_audio(self, ws: WireClient) -> None:
+        seq = self.next_client_seq
+        self.next_client_seq += 1
+        chunk = self.random.randbytes(self.config.audio_chunk_bytes)
+        self.pending[seq] = chunk
+        self.report.client_events_sent += 1
+        await ws.send_bytes(_audio_chunk(seq, chunk))
 
     async def connect(self) -> WireClient:
         """A connection to a live process picked at random (another, if one refuses)."""
@@ -234,6 +293,16 @@ class _Client:
             await ws.send_json({"type": "input", "client_event_id": client_event_id, "text": text})
         return ws
 
+    async def resend_chunks(self, ws: WireClient) -> None:
+        """Chunks resume from what the server says it has: ``session.resumed`` first."""
+        while True:
+            frame = await ws.receive_json()
+            self.on_frame(frame)
+            if frame.get("type") == "session.resumed":
+                break
+        for seq, chunk in sorted(self.pending.items()):
+            await ws.send_bytes(_audio_chunk(seq, chunk))
+
     async def send_input(self, ws: WireClient) -> None:
         client_event_id = f"{self.prefix}-{next(self.input_ids)}"
         text = "say something " * self.random.randint(1, 4)
@@ -257,6 +326,8 @@ class _Client:
                 await ws.send_json({"type": "ack", "server_event_seq": self.last_seq})
             if self.random.random() < self.config.input_rate_hz * tick:
                 await self.send_input(ws)
+            if self.random.random() < self.config.audio_rate_hz * tick:
+                await self.send_audio(ws)
             if self.random.random() < self.config.drop_rate * tick:
                 return True
         return False
@@ -292,6 +363,23 @@ class _Client:
                 raise
             return True  # resume elsewhere, even past the deadline: answers are owed
 
+    async def _come_back(self, ws: WireClient) -> WireClient:
+        """Cut, wait, resume; with many processes, a resume its process broke by
+        dying is a cut too, and the client resumes again elsewhere."""
+        while True:
+            await ws.cut()
+            self.ws = None
+            self.report.disconnects += 1
+            await trio.sleep(self.random.uniform(0, self.config.max_reconnect_delay_s))
+            ws = self.ws = await self.resume()
+            try:
+                await self.resend_chunks(ws)
+            except _BROKEN:
+                if not self.targets.many or self.process not in self.targets.down:
+                    raise
+                continue
+            return ws
+
     def _count_failure(self, name: str) -> None:
         self.report.errors += 1
         self.report.error_codes[name] = self.report.error_codes.get(name, 0) + 1
@@ -299,18 +387,15 @@ class _Client:
     async def _play(self, deadline: float) -> None:
         ws = self.ws = await self.open()
         while await self._pump_or_broken(ws, deadline):
-            await ws.cut()
-            self.ws = None
-            self.report.disconnects += 1
-            await trio.sleep(self.random.uniform(0, self.config.max_reconnect_delay_s))
-            ws = self.ws = await self.resume()
+            ws = await self._come_back(ws)
         if self.process in self.targets.down:
             self.report.stranded += 1  # its process died and it never got back
         # Let the last answers arrive, then end the session politely.
         with trio.move_on_after(5):
-            while self.unanswered:
+            while self.unanswered or len(self.received) < self.report.client_events_sent:
                 self.on_frame(await ws.receive_json())
         self.report.lost += len(self.unanswered)
+        self.report.lost_upstream += self.report.client_events_sent - len(self.received)
         await ws.send_json({"type": "session.close"})
         with trio.move_on_after(2):
             try:
@@ -320,6 +405,10 @@ class _Client:
                 pass
         await ws.close()
         self.ws = None
+
+
+def _audio_chunk(client_seq: int, chunk: bytes) -> bytes:
+    return binary_event({"type": "input_audio.append", "client_seq": client_seq}, chunk)
 
 
 def _total(reports: list[ClientReport]) -> ClientReport:

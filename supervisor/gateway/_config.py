@@ -80,6 +80,14 @@ class GatewayConfig:
     #: Answers a session may have on their way, and distinct input ids it
     #: answers in its life (each remembered so a repeat is never answered twice).
     max_inputs_per_session: int = 100_000
+    #: Run the ``authenticate`` hook once the opening frame arrived, with its
+    #: ``secret`` as ``Handshake.credential`` (a browser's way: no header, no
+    #: secret in a URL); else at the upgrade, before any frame.
+    authenticate_on_first_frame: bool = False
+    #: Serve ``/metrics``, ``/healthz`` and ``/readyz`` on this port of
+    #: ``metrics_host`` (0: any free one), and ``/metrics`` no longer on ``port``.
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
     #: Sequenced client events (``client_seq``) a connection may send: events
     #: and bytes a second (a stream's rate: 50 audio chunks a second fit twice).
     max_client_events_per_second: float = 100.0
@@ -105,6 +113,8 @@ class GatewayConfig:
                 raise ValueError(f"trusted_proxies: {proxy!r} is no address or network") from None
         if not 0 <= self.port <= 65_535:
             raise ValueError(f"port must be within 0..65535, got {self.port}")
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65_535:
+            raise ValueError(f"metrics_port must be within 0..65535, got {self.metrics_port}")
         after = self.passivate_after_s
         if after is not None and not (after >= 0 and math.isfinite(after)):
             raise ValueError("passivate_after_s must be None or a finite number >= 0")

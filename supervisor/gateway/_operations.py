@@ -1,5 +1,10 @@
 """Operations: ``GET /healthz`` (live), ``/readyz`` (accepting), ``/metrics`` (Prometheus).
 
+With ``GatewayConfig.metrics_port`` set, `serve_operations` answers these
+three on an address of their own (``metrics_host``, loopback by default),
+and the sessions' port no longer answers ``/metrics``: expose the sessions'
+port to clients, keep the metrics port for the scraper.
+
 The metrics are read from the registry's figures and the gateway's counters
 at scrape time (a collector, so the two cannot drift), except the send
 latency histogram, which the gateway observes as it sends. Each gateway has
@@ -8,9 +13,13 @@ its own ``CollectorRegistry``: two gateways in one process do not collide.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
+import anyio
+import anyio.abc
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -20,7 +29,13 @@ from supervisor.gateway._demo_page import demo_page_routes
 if TYPE_CHECKING:
     from supervisor.gateway._service import GatewayService
 
-__all__ = ["CONTENT_TYPE", "GatewayMetrics", "http_routes"]
+__all__ = ["CONTENT_TYPE", "GatewayMetrics", "http_routes", "serve_operations"]
+
+logger = logging.getLogger("duplex_supervisor.supervisor")
+
+#: A request's head past this is not a scraper's: the connection is dropped.
+_MAX_REQUEST_HEAD = 8192
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 503: "Service Unavailable"}
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -86,6 +101,14 @@ class _Figures(Collector):
             "Frames accepted for delivery to clients and not yet written, over every outbox",
             value=service.registry.frames_queued(),
         )
+        client_events = CounterMetricFamily(
+            "duplex_client_events",
+            "Sequenced client events, by outcome: accepted, or a repeat dropped",
+            labels=["outcome"],
+        )
+        client_events.add_metric(["accepted"], counters.client_events_accepted)
+        client_events.add_metric(["repeated"], counters.client_events_repeated)
+        yield client_events
         errors = CounterMetricFamily(
             "duplex_protocol_errors", "Error frames sent, by code", labels=["code"]
         )
@@ -111,8 +134,12 @@ class GatewayMetrics:
         return generate_latest(self.registry)
 
 
-def http_routes(service: GatewayService) -> Callable[[str], tuple[int, str, bytes] | None]:
-    """The plain GETs every shell answers: path -> (status, content type, body)."""
+def http_routes(
+    service: GatewayService, *, operations_port: bool = False
+) -> Callable[[str], tuple[int, str, bytes] | None]:
+    """The plain GETs every shell answers: path -> (status, content type, body).
+    ``/metrics`` only on the operations port, when the gateway has one."""
+    metrics = operations_port or service.config.metrics_port is None
 
     page = demo_page_routes(service.config.path) if service.config.demo_page else None
 
@@ -125,8 +152,50 @@ def http_routes(service: GatewayService) -> Callable[[str], tuple[int, str, byte
             if service.accepting:
                 return 200, "text/plain", b"ready\n"
             return 503, "text/plain", b"shutting down\n"
-        if path == "/metrics":
+        if path == "/metrics" and metrics:
             return 200, CONTENT_TYPE, service.metrics.render()
         return None
 
     return route
+
+
+async def serve_operations(
+    service: GatewayService, *, task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED
+) -> None:
+    """Answer ``GET /metrics``, ``/healthz``, ``/readyz`` (HTTP/1.x, one request per
+    connection) on ``metrics_host:metrics_port`` until cancelled; ``task_status``
+    gets the bound port."""
+    config = service.config
+    if config.metrics_port is None:
+        raise ValueError("serve_operations needs GatewayConfig.metrics_port")
+    routes = http_routes(service, operations_port=True)
+    listener = await anyio.create_tcp_listener(
+        local_host=config.metrics_host, local_port=config.metrics_port
+    )
+
+    async def answer(stream: anyio.abc.SocketStream) -> None:
+        async with stream:
+            with (
+                anyio.move_on_after(config.handshake_timeout_s),
+                contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError, OSError),
+            ):
+                head = b""
+                while b"\r\n\r\n" not in head and len(head) < _MAX_REQUEST_HEAD:
+                    head += await stream.receive(4096)
+                method, _, rest = head.partition(b" ")
+                path = rest.partition(b" ")[0].partition(b"?")[0].decode("latin-1")
+                found = routes(path) if method == b"GET" else None
+                status, kind, body = found or (404, "text/plain", b"not found\n")
+                reason = _REASONS.get(status, "")
+                await stream.send(
+                    f"HTTP/1.1 {status} {reason}\r\ncontent-type: {kind}\r\n"
+                    f"content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode()
+                    + body
+                )
+
+    async with listener:
+        port = int(listener.extra(anyio.abc.SocketAttribute.local_port))  # noqa: S610
+        service.metrics_port = port
+        logger.info("metrics and health on http://%s:%d/metrics", config.metrics_host, port)
+        task_status.started(port)
+        await listener.serve(answer)

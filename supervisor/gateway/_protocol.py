@@ -138,6 +138,8 @@ class ResumeSession:
     session_id: str
     resume_token: str
     last_received_server_event_seq: int
+    #: A credential for the ``authenticate`` hook (see `GatewayConfig.authenticate_on_first_frame`).
+    secret: str | None = None
 
     def __repr__(self) -> str:  # the token stays out of every repr
         return (
@@ -252,13 +254,15 @@ def parse_client_frame(message: str | bytes, *, max_text: int = 16_384) -> Clien
     if not isinstance(data, dict):
         raise ProtocolError("bad_request", "frame is not a JSON object")
     kind = data.get("type")
-    if kind == "session.open":
+    if kind in ("session.open", "session.resume"):
         secret = data.get("secret")
         if secret is not None and not (isinstance(secret, str) and _encodable(secret)):
-            raise ProtocolError("bad_request", "session.open.secret must be a string")
+            raise ProtocolError("bad_request", f"{kind}.secret must be a string")
+    if kind == "session.open":
         return OpenSession(secret=secret)
     if kind == "session.resume":
         return ResumeSession(
+            secret=secret,
             session_id=_field(data, "session_id", str, kind),
             resume_token=_field(data, "resume_token", str, kind),
             last_received_server_event_seq=_field(

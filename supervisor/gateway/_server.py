@@ -34,7 +34,7 @@ from supervisor.gateway._config import GatewayConfig, GatewayCounters
 from supervisor.gateway._engine import DemoEngine, Engine, EngineConfig
 from supervisor.gateway._limits import AddressCounter, LogLimiter
 from supervisor.gateway._listener import REFUSALS, accept_forever, refuse_raw
-from supervisor.gateway._operations import http_routes
+from supervisor.gateway._operations import http_routes, serve_operations
 from supervisor.gateway._registry import open_registry
 from supervisor.gateway._service import GOING_AWAY, GatewayService
 from supervisor.gateway._sessions import TaskSpawner
@@ -299,6 +299,8 @@ async def serve_gateway(
                             box.append(Gateway(config, service))
                             if on_started is not None:
                                 on_started(service)
+                            if config.metrics_port is not None:
+                                await nursery.start(serve_operations, service)
                             await _listen(nursery, box[0], task_status)
 
                 async with trio.open_nursery() as outer:

@@ -13,6 +13,7 @@ registry must be the door of the loop it runs on.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import time
@@ -130,6 +131,8 @@ class GatewayService:
         self.frames_delivered = 0
         self.sends_in_progress = 0
         self.metrics = GatewayMetrics(self)
+        #: The operations port bound (``config.metrics_port``, or the free one 0 picked).
+        self.metrics_port: int | None = None
 
     def throttled_addresses(self) -> int:
         return self.admission.throttled_addresses()
@@ -209,7 +212,8 @@ class GatewayService:
                 await ws.close(GOING_AWAY, "going_away")
                 return
             conn = _Connection(ws=ws, core=core, handshake=handshake)
-            conn.identity = await self._identify(conn)
+            if not self.config.authenticate_on_first_frame:
+                conn.identity = await self._identify(conn)
             if core.phase is Phase.ENDED:
                 return
             async with anyio.create_task_group() as pings:
@@ -227,19 +231,24 @@ class GatewayService:
                 await self._left(ws, core)
 
     async def _identify(self, conn: _Connection) -> object:
+        try:
+            return await self._identity(conn.handshake)
+        except ProtocolError as error:
+            await self._act(conn, conn.core.fail(error))
+        return None
+
+    async def _identity(self, handshake: Handshake) -> object:
+        """The hook's identity for ``handshake``; `ProtocolError` if it refuses."""
         if self._authenticate is None:
             return None
         try:
-            identity = self._authenticate(conn.handshake)
+            identity = self._authenticate(handshake)
             if isinstance(identity, Awaitable):
                 identity = await identity
         except Unauthorized:
             identity = None
         if identity is None:
-            try:
-                self.admission.refused_credential(conn.handshake.client, "not authenticated")
-            except ProtocolError as error:
-                await self._act(conn, conn.core.fail(error))
+            self.admission.refused_credential(handshake.client, "not authenticated")
         return identity
 
     async def _loop(self, conn: _Connection) -> None:
@@ -332,8 +341,15 @@ class GatewayService:
     async def _admit(
         self, conn: _Connection, action: OpenRequested | ResumeRequested
     ) -> list[Action]:
-        ws, core, identity = conn.ws, conn.core, conn.identity
+        ws, core = conn.ws, conn.core
         address = conn.handshake.client
+        if self.config.authenticate_on_first_frame:
+            handshake = dataclasses.replace(conn.handshake, credential=action.frame.secret)
+            try:
+                conn.identity = await self._identity(handshake)
+            except ProtocolError as error:
+                return core.fail(error)
+        identity = conn.identity
 
         async def send(frame: Mapping[str, object]) -> None:
             # The real clock for a real latency, and far cheaper per frame than

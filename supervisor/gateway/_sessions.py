@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -34,7 +35,6 @@ from typing import Any, Protocol
 import anyio
 import anyio.abc
 import anyio.to_thread
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from actors._errors import (
     InvalidInputError,
@@ -78,6 +78,49 @@ EVENT_BUFFER = 64
 _SESSION_ENDED = (KeyError, SessionFailedError, RegistryClosedError)
 
 
+class _Inbox:
+    """A session's accepted client events on their way to the engine: bounded
+    (a full inbox makes the connection's reading wait), closed at the session's end."""
+
+    def __init__(self, capacity: int) -> None:
+        self._items: deque[ClientEvent] = deque()
+        self._capacity = capacity
+        self._changed: anyio.Event | None = None
+        self.closed = False
+
+    async def _wait(self) -> None:
+        if self._changed is None:
+            self._changed = anyio.Event()
+        await self._changed.wait()
+
+    def _notify(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
+
+    async def put(self, event: ClientEvent) -> None:
+        while len(self._items) >= self._capacity and not self.closed:
+            await self._wait()
+        if not self.closed:
+            self._items.append(event)
+            self._notify()
+
+    async def get(self) -> ClientEvent | None:
+        """The next event; ``None`` once closed."""
+        while not self._items:
+            if self.closed:
+                return None
+            await self._wait()
+        event = self._items.popleft()
+        self._notify()
+        return event
+
+    def close(self) -> None:
+        self.closed = True
+        self._items.clear()
+        self._notify()
+
+
 @dataclass(slots=True)
 class _Live:
     ledger: InputLedger
@@ -89,7 +132,7 @@ class _Live:
     claimant: str
     presence: SessionPresence
     sequence: ClientSequence
-    events: MemoryObjectSendStream[ClientEvent] | None
+    events: _Inbox | None
     #: One per running task (a scope is entered once); the session's end cancels all.
     scopes: set[anyio.CancelScope] = field(default_factory=set)
     stopped: bool = False
@@ -144,10 +187,7 @@ class EngineWork:
 
         presence = SessionPresence()
         presence.last_client_seq = last_client_seq
-        sender: MemoryObjectSendStream[ClientEvent] | None = None
-        receiver: MemoryObjectReceiveStream[ClientEvent] | None = None
-        if self.event_types:
-            sender, receiver = anyio.create_memory_object_stream[ClientEvent](EVENT_BUFFER)
+        inbox = _Inbox(EVENT_BUFFER) if self.event_types else None
         live = _Live(
             ledger=InputLedger(max_ids=self._max_ids, max_in_flight=self._max_in_flight),
             session=EngineSession(
@@ -161,12 +201,12 @@ class EngineWork:
             claimant=f"{self.registry.system.registry_id}/{next(self._works)}",
             presence=presence,
             sequence=ClientSequence(last=last_client_seq),
-            events=sender,
+            events=inbox,
         )
         self._live[session_id] = live
         self._task_group.start_soon(self._run, live, "start", None)
-        if receiver is not None:
-            self._task_group.start_soon(self._feed, live, receiver)
+        if inbox is not None:
+            self._task_group.start_soon(self._feed, live, inbox)
 
     def presence(self, session_id: str) -> SessionPresence | None:
         """The session's attachment and acks as its engine sees them (``None``: no work)."""
@@ -203,8 +243,7 @@ class EngineWork:
             if isinstance(response_id, str):
                 live.presence.cancel(response_id)
         if live.events is not None and event.type in self.event_types:
-            with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
-                await live.events.send(event)
+            await live.events.put(event)
         elif event.type != "input":
             # Nothing more to do for it: handled.
             await self._handled(live, last)
@@ -227,16 +266,16 @@ class EngineWork:
             except StoreUnavailableError:
                 await anyio.sleep(STORE_RETRY_S)
 
-    async def _feed(self, live: _Live, events: MemoryObjectReceiveStream[ClientEvent]) -> None:
+    async def _feed(self, live: _Live, events: _Inbox) -> None:
         """One session's client events to ``engine.on_client_event``, in order."""
         handle = getattr(self.engine, "on_client_event")  # noqa: B009 - declared, checked
         scope = anyio.CancelScope()
         if live.stopped:
             scope.cancel()
         live.scopes.add(scope)
-        with scope, events:
+        with scope:
             try:
-                async for event in events:
+                while (event := await events.get()) is not None:
                     try:
                         await handle(live.session, event)
                     except SessionEnded:

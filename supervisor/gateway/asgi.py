@@ -44,7 +44,8 @@ from supervisor.gateway._config import GatewayConfig
 from supervisor.gateway._core import TransportClosedError
 from supervisor.gateway._engine import DemoEngine, Engine
 from supervisor.gateway._limits import AddressCounter
-from supervisor.gateway._operations import http_routes
+from supervisor.gateway._logs import redact_query_strings
+from supervisor.gateway._operations import http_routes, serve_operations
 from supervisor.gateway._registry import open_registry
 from supervisor.gateway._sendgate import SendGate
 from supervisor.gateway._service import GatewayService
@@ -161,6 +162,9 @@ class GatewayApp:
             self.service = GatewayService(
                 self.config, registry, self.engine, group, authenticate=self._authenticate
             )
+            redact_query_strings()
+            if self.config.metrics_port is not None:
+                await group.start(serve_operations, self.service)
             logger.info("gateway app started (%s door)", sniffio.current_async_library())
             try:
                 yield
