@@ -140,8 +140,10 @@ def http_routes(
     """The plain GETs every shell answers: path -> (status, content type, body).
     ``/metrics`` only on the operations port, when the gateway has one."""
     metrics = operations_port or service.config.metrics_port is None
-
-    page = demo_page_routes(service.config.path) if service.config.demo_page else None
+    # The demo page belongs with the sessions (it connects to its own origin).
+    page = None
+    if service.config.demo_page and not operations_port:
+        page = demo_page_routes(service.config.path)
 
     def route(path: str) -> tuple[int, str, bytes] | None:
         if page is not None and (answer := page(path)) is not None:
