@@ -71,6 +71,9 @@ FATAL_CLOSE_CODES: dict[int, str] = {
 """Close codes after which resuming cannot help: `FatalCloseError`, no retry.
 (4000: another client resumed the session; 4400: this client broke the protocol.)"""
 
+#: How many acked client events the client keeps besides the unacked ones.
+ACKED_WINDOW = 1024
+
 #: Error codes the server sends before closing with one of those codes.
 _FATAL_ERRORS = {name: code for code, name in FATAL_CLOSE_CODES.items()}
 
@@ -173,6 +176,10 @@ class ClientSession:
         #: Client events the server has not acked, in ``client_seq`` order, and the
         #: last one written on the current connection.
         self._pending: deque[_Pending] = deque()
+        #: The last acked ones too, a bounded window: with a session store, a
+        #: ``client_ack`` says accepted, and a process that dies before handling
+        #: an accepted event leaves a lower ``last_client_seq`` to the next one.
+        self._acked: deque[_Pending] = deque(maxlen=ACKED_WINDOW)
         self._written_upto = 0
         self._unanswered: dict[str, str] = {}
         self._answered_signal = anyio.Event()
@@ -333,7 +340,7 @@ class ClientSession:
 
     def _drop_pending_through(self, client_seq: int) -> None:
         while self._pending and self._pending[0].client_seq <= client_seq:
-            self._pending.popleft()
+            self._acked.append(self._pending.popleft())
             self._stats.client_events_acked += 1
 
     async def _on_error(self, frame: dict[str, object]) -> None:
@@ -343,6 +350,10 @@ class ClientSession:
             raise FatalCloseError(_FATAL_ERRORS[code], code, message)
         self._stats.errors += 1
         input_id = frame.get("client_event_id")
+        if code == "input_limit" and isinstance(input_id, str):
+            # The session answered all the inputs it ever will: this one is not coming.
+            self._unanswered.pop(input_id, None)
+            self._answered_signal.set()
         if code == "busy" and isinstance(input_id, str) and input_id in self._unanswered:
             # Sequenced, then refused: the same input again, under a new client_seq.
             await self._queue(
@@ -398,10 +409,13 @@ class ClientSession:
         last_client_seq = frame.get("last_client_seq", 0)
         last_client_seq = last_client_seq if isinstance(last_client_seq, int) else 0
         self._drop_pending_through(last_client_seq)
-        if self._pending and self._pending[0].client_seq > last_client_seq + 1:
+        while self._acked and self._acked[-1].client_seq > last_client_seq:
+            self._pending.appendleft(self._acked.pop())  # acked, then lost with its process
+        first = self._pending[0].client_seq if self._pending else self._next_client_seq
+        if first > last_client_seq + 1:
             raise ClientError(
-                f"the server accepted client events through {last_client_seq}, "
-                f"but acked through {self._pending[0].client_seq - 1} before"
+                f"the server has client events through {last_client_seq}; this client "
+                f"keeps them from {first} on (acked and forgotten before)"
             )
         resend = len(self._pending) if frame["type"] == "session.resumed" else 0
         if frame["type"] == "session.resumed":

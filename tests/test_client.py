@@ -6,6 +6,7 @@ codes end ``events()`` with `FatalCloseError`; the backoff is bounded."""
 
 from __future__ import annotations
 
+import json
 import random
 
 import anyio
@@ -13,15 +14,35 @@ import pytest
 import trio
 
 from supervisor.client import (
+    ClientSession,
     FatalCloseError,
     ReconnectGaveUpError,
     ReconnectPolicy,
+    _Options,
     open_session,
 )
 from supervisor.gateway._engine import EngineConfig
 from supervisor.gateway._server import GatewayConfig
 from tests.client_support import cutting_proxy, serve_process
 from tests.gateway_support import LIMIT, running_gateway
+
+
+def _options() -> _Options:
+    return _Options(
+        url="ws://127.0.0.1:1/v1",
+        secret=None,
+        ssl=None,
+        policy=ReconnectPolicy(),
+        ack_every=10,
+        ack_interval_s=0.2,
+        heartbeat_interval_s=15,
+        heartbeat_timeout_s=10,
+        connect_timeout_s=10,
+        max_inputs_in_flight=8,
+        buffer=16,
+        rng=random.Random(0),  # noqa: S311
+    )
+
 
 FAST = ReconnectPolicy(initial_delay_s=0.01, max_delay_s=0.1, give_up_after_s=10)
 INPUTS = 12
@@ -157,3 +178,45 @@ def test_the_backoff_grows_to_its_ceiling_within_its_jitter() -> None:
         assert all(ceiling / 2 <= d <= ceiling for d in delays)
     with pytest.raises(ValueError):
         ReconnectPolicy(jitter=2)
+
+
+class _RecordingConnection:
+    """What `ClientSession` writes, and one answer to its resume."""
+
+    def __init__(self, answer: dict[str, object]) -> None:
+        self.answer = answer
+        self.sent: list[object] = []
+
+    async def send_json(self, frame: dict[str, object]) -> None:
+        self.sent.append(frame)
+
+    async def send_text(self, text: str) -> None:
+        self.sent.append(json.loads(text))
+
+    async def receive(self) -> dict[str, object]:
+        return self.answer
+
+
+async def test_acked_events_a_new_process_never_handled_are_resent() -> None:
+    # With a session store, client_ack says accepted; a process killed before
+    # handling leaves a lower last_client_seq to the process that resumes.
+    session = ClientSession(_options())
+    session._session_id, session._token = "sess_x", "t1"
+    for n in range(6):
+        await session.send({"type": "note", "n": n})
+    session._drop_pending_through(5)  # client_ack 5, from the process that died
+    connection = _RecordingConnection(
+        {
+            "type": "session.resumed",
+            "session_id": "sess_x",
+            "resume_token": "t2",
+            "replayed": 0,
+            "last_client_seq": 3,
+        }
+    )
+    await session._handshake(connection)  # type: ignore[arg-type]
+    resent = [f["client_seq"] for f in connection.sent if isinstance(f, dict) and "n" in f]
+    assert resent == [4, 5, 6]
+    assert session.statistics()["client_events_resent"] == 3
+    session._events_in.close()
+    session._events_out.close()

@@ -24,6 +24,9 @@ const FATAL_CLOSE_CODES = Object.freeze({
   4500: "session_failed",
 });
 
+// How many acked client events the client keeps besides the unacked ones.
+const ACKED_WINDOW = 1024;
+
 const FATAL_ERRORS = Object.fromEntries(
   Object.entries(FATAL_CLOSE_CODES).map(([code, name]) => [name, Number(code)]),
 );
@@ -124,7 +127,12 @@ export class DuplexClient extends EventTarget {
     this.ackedSeq = 0;
     this.nextClientSeq = 1;
     this.writtenUpto = 0;
-    this.pending = []; // [{clientSeq, message, inputId}]
+    this.pending = []; // [{clientSeq, frame, bytes, inputId}]
+    this.attachedBefore = false;
+    // The last acked ones too (a bounded window): with a session store, client_ack
+    // says accepted, and a process that dies before handling an accepted event
+    // leaves a lower last_client_seq to the next one.
+    this.acked = [];
     this.unanswered = new Map();
     this.ws = null;
     this.state = "idle"; // idle | connecting | open | reconnecting | closed | failed
@@ -235,18 +243,21 @@ export class DuplexClient extends EventTarget {
 
   _queue(frame, inputId, bytes) {
     const clientSeq = this.nextClientSeq++;
-    frame.client_seq = clientSeq;
-    const message = bytes ? binaryEvent(frame, bytes) : JSON.stringify(frame);
-    this.pending.push({ clientSeq, message, inputId });
+    this.pending.push({ clientSeq, frame, bytes, inputId });
     this._flush();
     return clientSeq;
+  }
+
+  _message(item) {
+    const frame = { ...item.frame, client_seq: item.clientSeq };
+    return item.bytes ? binaryEvent(frame, item.bytes) : JSON.stringify(frame);
   }
 
   _flush() {
     if (this.state !== "open" || this.ws?.readyState !== 1) return;
     for (const item of this.pending) {
       if (item.clientSeq <= this.writtenUpto) continue;
-      this.ws.send(item.message);
+      this.ws.send(this._message(item));
       this.writtenUpto = item.clientSeq;
       this.stats.client_events_sent += 1;
     }
@@ -355,11 +366,21 @@ export class DuplexClient extends EventTarget {
     this.sessionId = frame.session_id;
     this.token = frame.resume_token;
     const lastClientSeq = Number.isInteger(frame.last_client_seq) ? frame.last_client_seq : 0;
-    this._dropPendingThrough(lastClientSeq);
-    if (this.pending.length && this.pending[0].clientSeq > lastClientSeq + 1) {
-      throw new Error(`the server took client events through ${lastClientSeq} only`);
+    if (!this.attachedBefore) {
+      // This client's first attachment (a new session, or one a reload left in
+      // storage): number what was queued before it after the server's last.
+      this.attachedBefore = true;
+      this.pending.forEach((item, i) => (item.clientSeq = lastClientSeq + 1 + i));
+      this.nextClientSeq = lastClientSeq + 1 + this.pending.length;
     }
-    if (!this.pending.length) this.nextClientSeq = Math.max(this.nextClientSeq, lastClientSeq + 1);
+    this._dropPendingThrough(lastClientSeq);
+    while (this.acked.length && this.acked[this.acked.length - 1].clientSeq > lastClientSeq) {
+      this.pending.unshift(this.acked.pop()); // acked, then lost with its process
+    }
+    const first = this.pending.length ? this.pending[0].clientSeq : this.nextClientSeq;
+    if (first > lastClientSeq + 1) {
+      throw new Error(`the server has client events through ${lastClientSeq}; this client keeps them from ${first} on`);
+    }
     const replayed = Number.isInteger(frame.replayed) ? Math.max(0, frame.replayed) : 0;
     if (resumed) {
       this.stats.resumes += 1;
@@ -426,9 +447,10 @@ export class DuplexClient extends EventTarget {
 
   _dropPendingThrough(clientSeq) {
     while (this.pending.length && this.pending[0].clientSeq <= clientSeq) {
-      this.pending.shift();
+      this.acked.push(this.pending.shift());
       this.stats.client_events_acked += 1;
     }
+    if (this.acked.length > ACKED_WINDOW) this.acked.splice(0, this.acked.length - ACKED_WINDOW);
   }
 
   _onError(ws, frame) {
@@ -436,6 +458,7 @@ export class DuplexClient extends EventTarget {
     if (code in FATAL_ERRORS) throw new FatalCloseError(FATAL_ERRORS[code], code, frame.message);
     this.stats.errors += 1;
     const inputId = frame.client_event_id;
+    if (code === "input_limit" && this.unanswered.delete(inputId)) this._wake();
     if (code === "busy" && this.unanswered.has(inputId)) {
       // Sequenced, then refused: the same input again under a new client_seq.
       this._queue({ type: "input", client_event_id: inputId, text: this.unanswered.get(inputId) }, inputId, null);

@@ -113,7 +113,11 @@ export declare class DuplexClient extends EventTarget {
   connect(): Promise<void>;
   /** Send an input; resolves to its client_event_id. Its answer ends with response.done naming it. */
   input(text: string, options?: { clientEventId?: string }): Promise<string>;
-  /** Send a client event (an object with type) or bytes with {type, ...fields}; returns its client_seq. */
+  /**
+   * Send a client event (an object with type) or bytes with {type, ...fields}; returns its
+   * client_seq (before the first open, a provisional one: the first attachment numbers what
+   * was queued after the server's last_client_seq).
+   */
   send(event: { type: string; [field: string]: unknown }): number;
   send(data: ArrayBuffer | ArrayBufferView, header: { type: string; [field: string]: unknown }): number;
   statistics(): DuplexStatistics;
