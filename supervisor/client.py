@@ -430,6 +430,8 @@ class ClientSession:
         self._acked_seq = self._last_seq
         await self._flush()
         self._stats.client_events_resent += resend
+        if self._closing:  # a close asked for while the link was down
+            await connection.send_json({"type": "session.close"})
 
     async def _serve(self, connection: Connection) -> None:
         """Read ``connection`` until it ends; acks and heartbeats on the way."""
