@@ -24,6 +24,11 @@ What it does for you (docs/clients.md says it whole):
   silent past ``heartbeat_timeout_s`` is dropped and resumed.
 * **Fatal answers end it**: the close codes in `FATAL_CLOSE_CODES` end
   `ClientSession.events` with `FatalCloseError` naming the code; no retry.
+
+(`ClientSession` is one state machine over state every part shares, the
+sequences both ways, what is pending, the connection, so it stays whole
+here; its settings, counters and errors are in ``_client_policy``, the
+wire in ``_client_wire``.)
 """
 
 from __future__ import annotations
@@ -36,13 +41,23 @@ import ssl as _ssl
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
 
 import anyio
 import anyio.abc
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from actors._errors import SessionError
+from supervisor._client_policy import (
+    ACKED_WINDOW,
+    FATAL_CLOSE_CODES,
+    FATAL_ERRORS,
+    ClientError,
+    FatalCloseError,
+    Options,
+    Pending,
+    ReconnectGaveUpError,
+    ReconnectPolicy,
+    Statistics,
+)
 from supervisor._client_wire import Connection, ConnectionEnded
 from supervisor.gateway._protocol import binary_event
 
@@ -58,113 +73,11 @@ __all__ = [
 
 logger = logging.getLogger("duplex_supervisor.client")
 
-FATAL_CLOSE_CODES: dict[int, str] = {
-    4000: "replaced",
-    4400: "bad_request",
-    4401: "unauthorized",
-    4403: "invalid_resume_token",
-    4404: "unknown_session",
-    4410: "journal_gap",
-    4413: "overflow",
-    4500: "session_failed",
-}
-"""Close codes after which resuming cannot help: `FatalCloseError`, no retry.
-(4000: another client resumed the session; 4400: this client broke the protocol.)"""
-
-#: How many acked client events the client keeps besides the unacked ones.
-ACKED_WINDOW = 1024
-
-#: Error codes the server sends before closing with one of those codes.
-_FATAL_ERRORS = {name: code for code, name in FATAL_CLOSE_CODES.items()}
-
-
-class ClientError(SessionError):
-    """Base of the client's errors (a `supervisor.SessionError`)."""
-
-
-class FatalCloseError(ClientError):
-    """The server ended the session for good: ``code`` (e.g. 4404) and ``reason``."""
-
-    def __init__(self, code: int, reason: str, message: str = "") -> None:
-        text = f"the server ended the session: {code} {reason}"
-        super().__init__(f"{text} ({message})" if message else text)
-        self.code = code
-        self.reason = reason
-
-
-class ReconnectGaveUpError(ClientError):
-    """No connection could be resumed before `ReconnectPolicy.give_up_after_s`."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ReconnectPolicy:
-    """Exponential backoff with jitter: attempt ``n`` (from 0) waits a random
-    time between ``(1 - jitter)`` and 1 times ``min(max_delay_s, initial_delay_s
-    * multiplier ** n)``; the client gives up once ``give_up_after_s`` passed
-    since the connection was lost (`ReconnectGaveUpError`)."""
-
-    initial_delay_s: float = 0.05
-    max_delay_s: float = 5.0
-    multiplier: float = 2.0
-    jitter: float = 0.5
-    give_up_after_s: float = 60.0
-
-    def __post_init__(self) -> None:
-        if not (0 <= self.initial_delay_s <= self.max_delay_s) or self.multiplier < 1:
-            raise ValueError("need 0 <= initial_delay_s <= max_delay_s and multiplier >= 1")
-        if not 0 <= self.jitter <= 1 or self.give_up_after_s < 0:
-            raise ValueError("need 0 <= jitter <= 1 and give_up_after_s >= 0")
-
-    def delay(self, attempt: int, rng: random.Random) -> float:
-        """How long attempt ``attempt`` waits."""
-        ceiling = min(self.max_delay_s, self.initial_delay_s * self.multiplier**attempt)
-        return ceiling * rng.uniform(1 - self.jitter, 1)
-
-
-@dataclass(slots=True)
-class _Pending:
-    client_seq: int
-    message: str | bytes
-    #: An input's id (its answer is a ``response.done`` naming it).
-    input_id: str | None = None
-
-
-@dataclass(slots=True)
-class _Statistics:
-    events: int = 0
-    resumes: int = 0
-    replayed: int = 0
-    duplicates_dropped: int = 0
-    reconnect_attempts: int = 0
-    disconnects: int = 0
-    client_events_sent: int = 0
-    client_events_acked: int = 0
-    client_events_resent: int = 0
-    inputs_sent: int = 0
-    inputs_answered: int = 0
-    errors: int = 0
-
-
-@dataclass(slots=True)
-class _Options:
-    url: str
-    secret: str | None = field(repr=False)
-    ssl: _ssl.SSLContext | None
-    policy: ReconnectPolicy
-    ack_every: int
-    ack_interval_s: float
-    heartbeat_interval_s: float
-    heartbeat_timeout_s: float
-    connect_timeout_s: float
-    max_inputs_in_flight: int
-    buffer: int
-    rng: random.Random
-
 
 class ClientSession:
     """One session, kept alive across connections. Made by `open_session`."""
 
-    def __init__(self, options: _Options) -> None:
+    def __init__(self, options: Options) -> None:
         self._options = options
         self._session_id = ""
         self._token = ""
@@ -175,17 +88,17 @@ class ClientSession:
         self._next_client_seq = 1
         #: Client events the server has not acked, in ``client_seq`` order, and the
         #: last one written on the current connection.
-        self._pending: deque[_Pending] = deque()
+        self._pending: deque[Pending] = deque()
         #: The last acked ones too, a bounded window: with a session store, a
         #: ``client_ack`` says accepted, and a process that dies before handling
         #: an accepted event leaves a lower ``last_client_seq`` to the next one.
-        self._acked: deque[_Pending] = deque(maxlen=ACKED_WINDOW)
+        self._acked: deque[Pending] = deque(maxlen=ACKED_WINDOW)
         self._written_upto = 0
         self._unanswered: dict[str, str] = {}
         self._answered_signal = anyio.Event()
         self._connection: Connection | None = None
         self._flush_lock = anyio.Lock()
-        self._stats = _Statistics()
+        self._stats = Statistics()
         self._closing = False
         self._failure: ClientError | None = None
         self._events_in: MemoryObjectSendStream[dict[str, object]]
@@ -281,7 +194,7 @@ class ClientSession:
             message = json.dumps(frame, separators=(",", ":"))
         else:
             message = binary_event(frame, data)
-        self._pending.append(_Pending(client_seq=seq, message=message, input_id=input_id))
+        self._pending.append(Pending(client_seq=seq, message=message, input_id=input_id))
         await self._flush()
         return seq
 
@@ -346,8 +259,8 @@ class ClientSession:
     async def _on_error(self, frame: dict[str, object]) -> None:
         code = str(frame.get("code"))
         message = str(frame.get("message", ""))
-        if code in _FATAL_ERRORS:
-            raise FatalCloseError(_FATAL_ERRORS[code], code, message)
+        if code in FATAL_ERRORS:
+            raise FatalCloseError(FATAL_ERRORS[code], code, message)
         self._stats.errors += 1
         input_id = frame.get("client_event_id")
         if code == "input_limit" and isinstance(input_id, str):
@@ -590,7 +503,7 @@ async def open_session(
     """
     if ack_every < 1 or max_inputs_in_flight < 1 or buffer < 1:
         raise ValueError("ack_every, max_inputs_in_flight and buffer must be >= 1")
-    options = _Options(
+    options = Options(
         url=url,
         secret=secret,
         ssl=ssl,

@@ -13,12 +13,12 @@ import anyio
 import pytest
 import trio
 
+from supervisor._client_policy import Options
 from supervisor.client import (
     ClientSession,
     FatalCloseError,
     ReconnectGaveUpError,
     ReconnectPolicy,
-    _Options,
     open_session,
 )
 from supervisor.gateway._engine import EngineConfig
@@ -27,8 +27,8 @@ from tests.client_support import cutting_proxy, serve_process
 from tests.gateway_support import LIMIT, running_gateway
 
 
-def _options() -> _Options:
-    return _Options(
+def _options() -> Options:
+    return Options(
         url="ws://127.0.0.1:1/v1",
         secret=None,
         ssl=None,
