@@ -327,3 +327,49 @@ async def test_a_sessions_inbox_holds_back_its_producer_when_full_and_ends_on_cl
             await trio.testing.wait_all_tasks_blocked()
             inbox.close()  # the waiting reader ends
         assert await inbox.get() is None
+
+
+async def _resume_on(url: str, created: dict[str, object], token: str, last: int) -> WireClient:
+    client = await WireClient.connect(url)
+    await client.send_json(
+        {
+            "type": "session.resume",
+            "session_id": created["session_id"],
+            "resume_token": token,
+            "last_received_server_event_seq": last,
+        }
+    )
+    return client
+
+
+async def test_a_session_back_on_its_first_process_continues_from_the_last_client_seq() -> None:
+    with trio.fail_after(LIMIT):
+        async with trio.open_nursery() as nursery:
+            first, second = await _serve_two(MemoryStore(), nursery)
+            client = await WireClient.connect(first.url)
+            await client.send_json({"type": "session.open"})
+            created = await client.receive_json()
+            for seq in (1, 2, 3):
+                await client.send_bytes(_chunk(seq, 10))
+            await read_until(client, "input_audio.received", client_seq=3)
+            await client.cut()
+            token = str(created["resume_token"])
+            # To the second process: chunks 4 and 5.
+            other = await _resume_on(second.url, created, token, 3)
+            resumed = await other.receive_json()
+            token = str(resumed["resume_token"])
+            for seq in (4, 5):
+                await other.send_bytes(_chunk(seq, 10))
+            await read_until(other, "input_audio.received", client_seq=5)
+            await other.cut()
+            # Back to the first, whose engine work may not have heard it lost the session.
+            back = await _resume_on(first.url, created, token, 5)
+            try:
+                resumed = await back.receive_json()
+                assert (resumed["type"], resumed["last_client_seq"]) == ("session.resumed", 5)
+                await back.send_bytes(_chunk(6, 10))
+                frames = await read_until(back, "input_audio.received", client_seq=6)
+                assert [f for f in frames if f.get("type") == "error"] == []
+            finally:
+                await back.cut()
+            nursery.cancel_scope.cancel()

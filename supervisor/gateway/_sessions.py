@@ -28,7 +28,7 @@ import contextlib
 import itertools
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -138,6 +138,20 @@ class _Live:
     stopped: bool = False
 
 
+@contextlib.contextmanager
+def _task_scope(live: _Live) -> Iterator[anyio.CancelScope]:
+    """A scope of one of the session's tasks, which the session's end cancels."""
+    scope = anyio.CancelScope()
+    if live.stopped:
+        scope.cancel()
+    live.scopes.add(scope)
+    try:
+        with scope:
+            yield scope
+    finally:
+        live.scopes.discard(scope)
+
+
 class EngineWork:
     """Runs ``engine`` for the sessions of ``registry`` in ``task_group``."""
 
@@ -214,15 +228,19 @@ class EngineWork:
         return None if live is None else live.presence
 
     async def last_client_seq(self, session_id: str) -> int:
-        """The session's last accepted ``client_seq``: this process's, or the
-        store's for a session another process held (0: none)."""
+        """The session's last accepted ``client_seq`` (0: none): this process's,
+        and with a store the store's if higher (another process may have held
+        the session since this one last did, unbeknown to its work here);
+        this process's sequence catches up with it."""
         live = self._live.get(session_id)
-        if live is not None:
-            return live.sequence.last
+        local = 0 if live is None else live.sequence.last
         store = self.registry.system.store
         if store is None:
-            return 0
-        return int(await self._store_call(store.last_client_seq, session_id))
+            return local
+        stored = int(await self._store_call(store.last_client_seq, session_id))
+        if live is not None and stored > live.sequence.last:
+            live.sequence.last = live.presence.last_client_seq = stored
+        return max(local, stored)
 
     async def deliver(
         self, session_id: str, event: ClientEvent
@@ -269,22 +287,15 @@ class EngineWork:
     async def _feed(self, live: _Live, events: _Inbox) -> None:
         """One session's client events to ``engine.on_client_event``, in order."""
         handle = getattr(self.engine, "on_client_event")  # noqa: B009 - declared, checked
-        scope = anyio.CancelScope()
-        if live.stopped:
-            scope.cancel()
-        live.scopes.add(scope)
-        with scope:
-            try:
-                while (event := await events.get()) is not None:
-                    try:
-                        await handle(live.session, event)
-                    except SessionEnded:
-                        return
-                    except Exception:
-                        logger.exception("the engine's on_client_event failed")
-                    await self._handled(live, event.client_seq)
-            finally:
-                live.scopes.discard(scope)
+        with _task_scope(live):
+            while (event := await events.get()) is not None:
+                try:
+                    await handle(live.session, event)
+                except SessionEnded:
+                    return
+                except Exception:
+                    logger.exception("the engine's on_client_event failed")
+                await self._handled(live, event.client_seq)
 
     def answer(self, session_id: str, client_event_id: str, text: str) -> InputVerdict | None:
         """The ledger's verdict (an ``"answer"`` is started); ``None``: no such session."""
@@ -317,11 +328,7 @@ class EngineWork:
             self.stop(session_id)
 
     async def _run(self, live: _Live, kind: str, args: tuple[str, str] | None) -> None:
-        scope = anyio.CancelScope()
-        if live.stopped:
-            scope.cancel()
-        live.scopes.add(scope)
-        with scope:
+        with _task_scope(live):
             try:
                 if args is None:
                     await self.engine.start(live.session)
@@ -334,7 +341,6 @@ class EngineWork:
             except Exception:
                 logger.exception("the engine's %s failed", kind)
             finally:
-                live.scopes.discard(scope)
                 if args is not None:
                     live.ledger.done()
 
