@@ -6,8 +6,10 @@ codes end ``events()`` with `FatalCloseError`; the backoff is bounded."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
+from pathlib import Path
 
 import anyio
 import pytest
@@ -25,6 +27,7 @@ from supervisor.gateway._engine import EngineConfig
 from supervisor.gateway._server import GatewayConfig
 from tests.client_support import cutting_proxy, serve_process
 from tests.gateway_support import LIMIT, running_gateway
+from tests.redis_support import running_server
 
 
 def _options() -> Options:
@@ -220,3 +223,53 @@ async def test_acked_events_a_new_process_never_handled_are_resent() -> None:
     assert session.statistics()["client_events_resent"] == 3
     session._events_in.close()
     session._events_out.close()
+
+
+async def test_both_directions_exactly_once_when_the_serving_process_is_killed(
+    tmp_path: Path,
+) -> None:
+    """Two ``serve --redis`` processes; the one serving the session is SIGKILLed
+    mid-stream and the client resumes on the other (a takeover)."""
+    redis = contextlib.contextmanager(running_server)(tmp_path)
+    with redis as server, trio.fail_after(LIMIT * 3):
+        flags = ("--redis", server.url, "--event-rate", "40")
+        async with (
+            serve_process(*flags) as (first, doomed),
+            serve_process(*flags) as (second, _),
+            cutting_proxy(first) as proxy,
+        ):
+            url = f"ws://127.0.0.1:{proxy.port}/v1"
+            async with open_session(url, reconnect=FAST, ack_every=3, seed=3) as session:
+                answers: dict[str, int] = {}
+                received: list[int] = []
+                seqs: list[int] = []
+                ids: list[str] = []
+                chunks: list[int] = []
+
+                async def produce() -> None:
+                    for n in range(20):
+                        if n < 8:
+                            ids.append(await session.input(f"question {n}"))
+                        chunks.append(await session.send(bytes(n + 1), type="input_audio.append"))
+                        if n == 10:
+                            doomed.kill()  # SIGKILL: no goodbye, no flush
+                            proxy.upstream = second
+                            await proxy.cut_all()
+                        await anyio.sleep(0.03)
+
+                async with anyio.create_task_group() as tasks:
+                    tasks.start_soon(produce)
+                    async for event in session.events():
+                        seqs.append(int(event["server_event_seq"]))  # type: ignore[call-overload]
+                        if event["type"] == "response.done":
+                            key = str(event["client_event_id"])
+                            answers[key] = answers.get(key, 0) + 1
+                        elif event["type"] == "input_audio.received":
+                            received.append(int(event["client_seq"]))  # type: ignore[call-overload]
+                        if len(answers) == 8 and len(received) == 20 and len(ids) == 8:
+                            tasks.cancel_scope.cancel()
+                stats = session.statistics()
+    assert seqs == list(range(1, len(seqs) + 1))
+    assert sorted(answers) == sorted(ids) and set(answers.values()) == {1}
+    assert received == chunks
+    assert stats["resumes"] >= 1
