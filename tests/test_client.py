@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import random
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import anyio
@@ -52,50 +53,61 @@ INPUTS = 12
 CHUNKS = 30
 
 
+async def _stream_and_check(
+    session: ClientSession, disturb: Callable[[int], Awaitable[None]]
+) -> dict[str, int]:
+    """Stream inputs and binary chunks (``disturb(n)`` after the n-th); check both
+    directions exactly once; return the client's statistics."""
+    seqs: list[int] = []
+    answers: dict[str, int] = {}
+    received: list[int] = []
+    sent_ids: list[str] = []
+    chunk_seqs: list[int] = []
+
+    async def produce() -> None:
+        for n in range(CHUNKS):
+            if n < INPUTS:
+                sent_ids.append(await session.input(f"question {n}"))
+            chunk_seqs.append(await session.send(bytes(n + 1), type="input_audio.append"))
+            await disturb(n)
+            await anyio.sleep(0.02)
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(produce)
+        async for event in session.events():
+            seqs.append(int(event["server_event_seq"]))  # type: ignore[call-overload]
+            if event["type"] == "response.done":
+                key = str(event["client_event_id"])
+                answers[key] = answers.get(key, 0) + 1
+            elif event["type"] == "input_audio.received":
+                received.append(int(event["client_seq"]))  # type: ignore[call-overload]
+                assert event["bytes"] == chunk_seqs.index(received[-1]) + 1
+            if len(answers) == len(sent_ids) == INPUTS and len(received) == CHUNKS:
+                tasks.cancel_scope.cancel()
+    assert seqs == list(range(1, len(seqs) + 1))
+    assert sorted(answers) == sorted(sent_ids)
+    assert set(answers.values()) == {1}
+    assert received == chunk_seqs  # once each, in client_seq order
+    return session.statistics()
+
+
+async def _nothing(n: int) -> None:
+    pass
+
+
 async def _exactly_once_through_cuts(port: int, *, seed: int) -> dict[str, int]:
-    """Stream inputs and binary chunks through a proxy cutting at random; check
-    both directions; return the client's statistics."""
+    """`_stream_and_check` through a proxy cutting at random."""
     async with cutting_proxy(port) as proxy:
         url = f"ws://127.0.0.1:{proxy.port}/v1"
-        async with open_session(url, reconnect=FAST, ack_every=5, seed=seed) as session:
-            seqs: list[int] = []
-            answers: dict[str, int] = {}
-            received: list[int] = []
-            sent_ids: list[str] = []
-            chunk_seqs: list[int] = []
-
-            async def produce() -> None:
-                for n in range(max(INPUTS, CHUNKS)):
-                    if n < INPUTS:
-                        sent_ids.append(await session.input(f"question {n}"))
-                    if n < CHUNKS:
-                        chunk_seqs.append(
-                            await session.send(bytes(n + 1), type="input_audio.append")
-                        )
-                    await anyio.sleep(0.02)
-
-            def done() -> bool:
-                return len(answers) == INPUTS and len(received) == CHUNKS
-
-            async with anyio.create_task_group() as tasks:
-                tasks.start_soon(produce)
-                tasks.start_soon(proxy.cut_at_random, random.Random(seed), 0.15)  # noqa: S311
-                async for event in session.events():
-                    seqs.append(int(event["server_event_seq"]))  # type: ignore[call-overload]
-                    if event["type"] == "response.done":
-                        key = str(event["client_event_id"])
-                        answers[key] = answers.get(key, 0) + 1
-                    elif event["type"] == "input_audio.received":
-                        received.append(int(event["client_seq"]))  # type: ignore[call-overload]
-                        assert event["bytes"] == chunk_seqs.index(received[-1]) + 1
-                    if done() and len(sent_ids) == INPUTS:
-                        tasks.cancel_scope.cancel()
-            assert proxy.cuts > 0
-            assert seqs == list(range(seqs[0], seqs[0] + len(seqs))) and seqs[0] == 1
-            assert sorted(answers) == sorted(sent_ids)
-            assert set(answers.values()) == {1}
-            assert received == chunk_seqs  # once each, in client_seq order
-            return session.statistics()
+        async with (
+            open_session(url, reconnect=FAST, ack_every=5, seed=seed) as session,
+            anyio.create_task_group() as cutter,
+        ):
+            cutter.start_soon(proxy.cut_at_random, random.Random(seed), 0.15)  # noqa: S311
+            stats = await _stream_and_check(session, _nothing)
+            cutter.cancel_scope.cancel()
+        assert proxy.cuts > 0
+        return stats
 
 
 async def test_trio_both_directions_exactly_once_through_random_cuts() -> None:
@@ -238,38 +250,14 @@ async def test_both_directions_exactly_once_when_the_serving_process_is_killed(
             serve_process(*flags) as (second, _),
             cutting_proxy(first) as proxy,
         ):
+
+            async def kill_the_first(n: int) -> None:
+                if n == 10:
+                    doomed.kill()  # SIGKILL: no goodbye, no flush
+                    proxy.upstream = second
+                    await proxy.cut_all()
+
             url = f"ws://127.0.0.1:{proxy.port}/v1"
             async with open_session(url, reconnect=FAST, ack_every=3, seed=3) as session:
-                answers: dict[str, int] = {}
-                received: list[int] = []
-                seqs: list[int] = []
-                ids: list[str] = []
-                chunks: list[int] = []
-
-                async def produce() -> None:
-                    for n in range(20):
-                        if n < 8:
-                            ids.append(await session.input(f"question {n}"))
-                        chunks.append(await session.send(bytes(n + 1), type="input_audio.append"))
-                        if n == 10:
-                            doomed.kill()  # SIGKILL: no goodbye, no flush
-                            proxy.upstream = second
-                            await proxy.cut_all()
-                        await anyio.sleep(0.03)
-
-                async with anyio.create_task_group() as tasks:
-                    tasks.start_soon(produce)
-                    async for event in session.events():
-                        seqs.append(int(event["server_event_seq"]))  # type: ignore[call-overload]
-                        if event["type"] == "response.done":
-                            key = str(event["client_event_id"])
-                            answers[key] = answers.get(key, 0) + 1
-                        elif event["type"] == "input_audio.received":
-                            received.append(int(event["client_seq"]))  # type: ignore[call-overload]
-                        if len(answers) == 8 and len(received) == 20 and len(ids) == 8:
-                            tasks.cancel_scope.cancel()
-                stats = session.statistics()
-    assert seqs == list(range(1, len(seqs) + 1))
-    assert sorted(answers) == sorted(ids) and set(answers.values()) == {1}
-    assert received == chunks
+                stats = await _stream_and_check(session, kill_the_first)
     assert stats["resumes"] >= 1
