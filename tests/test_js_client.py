@@ -6,12 +6,15 @@ that cuts connections. Skipped where Node is absent, unless
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from supervisor.client import FATAL_CLOSE_CODES
 
 JS = Path(__file__).resolve().parent.parent / "clients" / "js"
 
@@ -37,3 +40,11 @@ def test_the_js_client_passes_its_node_tests() -> None:
     )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert "# fail 0" in result.stdout
+
+
+def test_both_clients_end_on_the_same_fatal_close_codes() -> None:
+    source = (JS / "duplex-client.js").read_text(encoding="utf-8")
+    table = re.search(r"const FATAL_CLOSE_CODES = Object\.freeze\(\{(.*?)\}\);", source, re.S)
+    assert table is not None
+    codes = {int(code): name for code, name in re.findall(r'(\d+): "(\w+)"', table.group(1))}
+    assert codes == FATAL_CLOSE_CODES
