@@ -213,6 +213,8 @@ async def _demo(args: argparse.Namespace) -> int:
         require(NEEDS[server], f"--server {server}")
     if args.redis is not None:
         require("redis", "--redis")
+    if args.browser and (server != "trio" or args.processes > 1 or args.redis is not None):
+        raise ValueError("demo --browser runs the trio server in one process")
     if args.processes > 1 or args.redis is not None:
         return await _demo_processes(args, console, server)
     if server != "trio":
@@ -221,14 +223,23 @@ async def _demo(args: argparse.Namespace) -> int:
     # Every demo client comes from 127.0.0.1: the per-address caps fit the crowd.
     crowd = max(256, 2 * args.clients)
     config = GatewayConfig(
-        port=0, max_connections_per_address=crowd, max_sessions_per_address=crowd
+        port=0,
+        max_connections_per_address=crowd,
+        max_sessions_per_address=crowd,
+        demo_page=args.browser,
     )
     async with trio.open_nursery() as nursery:
         gateway: Gateway = await nursery.start(
             lambda task_status: serve_gateway(config, engine=engine, task_status=task_status)
         )
+        page = f"http://{config.host}:{gateway.port}/"
+        if args.browser:
+            console.print(f"the demo page: open {page} to watch a session resume")
         report = await _run_chaos(gateway.url, _chaos_config(args), console, gateway)
         status = _finish(args, report, gateway)
+        if args.browser:
+            console.print(f"the demo page stays at {page} until Ctrl-C")
+            await trio.sleep_forever()
         nursery.cancel_scope.cancel()
     return status
 
@@ -324,6 +335,7 @@ def _gateway_config(args: argparse.Namespace) -> GatewayConfig:
         throttle_max_addresses=args.throttle_addresses,
         log_interval_s=args.log_interval,
         max_inputs_per_session=args.max_inputs_per_session,
+        demo_page=getattr(args, "demo_page", False),
     )
 
 

@@ -341,6 +341,12 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "and throttles (repeatable; default: none, the TCP peer is the client)",
     )
     net.add_argument("--path", default="/v1", help="the WebSocket endpoint's path (default /v1)")
+    net.add_argument(
+        "--demo-page",
+        action="store_true",
+        help="serve a page at / that watches a session of the browser client resume through "
+        "cuts (live stream, counters, an input box, a cut button); off by default",
+    )
     net.add_argument("--tls-cert", help="PEM certificate: serve wss:// (needs --tls-key)")
     net.add_argument("--tls-key", help="PEM private key for --tls-cert")
     net.add_argument(
@@ -646,6 +652,12 @@ def parser() -> argparse.ArgumentParser:
         choices=(*SERVERS, *SERVER_ALIASES),
         default=DEFAULT_SERVER,
         help=f"the server the demo's gateway runs on, as for serve (default {DEFAULT_SERVER})",
+    )
+    demo.add_argument(
+        "--browser",
+        action="store_true",
+        help="also serve the demo page (as serve --demo-page) and print its URL; after the "
+        "table the gateway stays up for the page until Ctrl-C (the trio server, one process)",
     )
     _add_chaos_flags(demo, clients=20, duration=12.0)
     _add_engine_flags(demo)

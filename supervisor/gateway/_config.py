@@ -96,6 +96,8 @@ class GatewayConfig:
     #: long after the first one not yet acked, whichever comes first.
     client_ack_every: int = 10
     client_ack_interval_s: float = 0.2
+    #: Serve the demo page at ``/`` (and the browser client it loads): off by default.
+    demo_page: bool = False
 
     def __post_init__(self) -> None:
         if not self.path.startswith("/"):

@@ -24,6 +24,8 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from supervisor.gateway._demo_page import demo_page_routes
+
 if TYPE_CHECKING:
     from supervisor.gateway._service import GatewayService
 
@@ -138,8 +140,14 @@ def http_routes(
     """The plain GETs every shell answers: path -> (status, content type, body).
     ``/metrics`` only on the operations port, when the gateway has one."""
     metrics = operations_port or service.config.metrics_port is None
+    # The demo page belongs with the sessions (it connects to its own origin).
+    page = None
+    if service.config.demo_page and not operations_port:
+        page = demo_page_routes(service.config.path)
 
     def route(path: str) -> tuple[int, str, bytes] | None:
+        if page is not None and (answer := page(path)) is not None:
+            return answer
         if path == "/healthz":
             return 200, "text/plain", b"ok\n"
         if path == "/readyz":
