@@ -8,7 +8,8 @@ mailbox, so a message is never re-routed, reordered or dropped on the way.
 
 Its consumer phase says who reads it:
 
-* ``LIVE``: one actor takes its messages (pykka's ``get``);
+* ``LIVE``: one actor takes its messages, in turns on the registry's loop
+  (a `LoopActor` bound to it: the ``put`` that finds it idle schedules it);
 * ``PARKED``: nobody; it holds the parked session's plain data and is empty;
 * ``WAKING``: nobody; messages arrived while parked and the owner was asked,
   once, to start an actor (`SessionMailboxOwner.wake`);
@@ -21,13 +22,16 @@ the park is aborted) or finds the mailbox parked and wakes it.
 
 from __future__ import annotations
 
-import queue
 import threading
-from typing import Any, Protocol
+from collections import deque
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pykka
 
 from actors._lifecycle import ParkedSession
+
+if TYPE_CHECKING:
+    from actors._loop_actor import LoopActor
 
 __all__ = [
     "ClosableInbox",
@@ -64,34 +68,58 @@ class ClosableInbox:
     """
 
     def __init__(self, guarded: type | tuple[type, ...], refusal: str) -> None:
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._queue: deque[Any] = deque()
         self._lock = threading.Lock()
         self._closed = False
         self._guarded = guarded
         self._refusal = refusal
+        self._actor: LoopActor | None = None
+        self._scheduled = False
 
     def put(self, envelope: Any) -> None:
         with self._lock:
             if self._closed and isinstance(envelope.message, self._guarded):
                 raise InboxClosedError(self._refusal)
-            self._queue.put(envelope)
+            self._queue.append(envelope)
+            actor = self._actor
+            if actor is None or self._scheduled:
+                return
+            self._scheduled = True
+        actor.dispatch()
 
     def get(self) -> Any:
-        return self._queue.get()
+        return self._queue.popleft()
 
     def empty(self) -> bool:
-        return self._queue.empty()
+        return not self._queue
+
+    def bind(self, actor: LoopActor) -> None:
+        with self._lock:
+            self._actor = actor
+            self._scheduled = True
+
+    def take(self) -> Any:
+        with self._lock:
+            if self._queue:
+                return self._queue.popleft()
+            self._scheduled = False
+            return None
+
+    def unbind(self, actor: LoopActor) -> None:
+        with self._lock:
+            if self._actor is actor:
+                self._actor = None
+                self._scheduled = False
 
     def close(self) -> list[Any]:
         """Refuse guarded messages from now on; take out those queued, in order."""
         with self._lock:
             self._closed = True
-            envelopes = []
-            while not self._queue.empty():
-                envelopes.append(self._queue.get_nowait())
+            envelopes = list(self._queue)
+            self._queue.clear()
             for envelope in envelopes:  # pykka's own (a stop) stay queued
                 if not isinstance(envelope.message, self._guarded):
-                    self._queue.put(envelope)
+                    self._queue.append(envelope)
         return [e.message for e in envelopes if isinstance(e.message, self._guarded)]
 
 
@@ -113,14 +141,28 @@ class SessionMailboxOwner(Protocol):
 class SessionMailbox:
     """One session's inbox and routing entry; see the module docstring."""
 
-    __slots__ = ("_lock", "_owner", "_phase", "_queue", "parked", "session_id", "store_epoch")
+    __slots__ = (
+        "_actor",
+        "_lock",
+        "_owner",
+        "_phase",
+        "_queue",
+        "_scheduled",
+        "parked",
+        "session_id",
+        "store_epoch",
+    )
 
     def __init__(self, session_id: str, owner: SessionMailboxOwner) -> None:
         self.session_id = session_id
         self._owner = owner
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._queue: deque[Any] = deque()
         self._lock = threading.Lock()
         self._phase = MailboxPhase.LIVE
+        # The actor that runs this mailbox now (LIVE), and whether it has a
+        # turn coming: the put that sets the flag asks for that turn.
+        self._actor: LoopActor | None = None
+        self._scheduled = False
         #: The parked session while PARKED or WAKING; None otherwise.
         self.parked: ParkedSession | None = None
         #: With a session store: the epoch this process owns the session at
@@ -142,38 +184,73 @@ class SessionMailbox:
         self.put(Envelope(message))
 
     def put(self, envelope: Any) -> None:
+        run: LoopActor | None = None
         with self._lock:
-            if self._phase == MailboxPhase.CLOSED and not isinstance(
+            phase = self._phase
+            if phase == MailboxPhase.CLOSED and not isinstance(
                 envelope.message, pykka.messages._ActorStop
             ):
                 raise InboxClosedError("session is gone")
-            self._queue.put(envelope)
-            wake = self._phase == MailboxPhase.PARKED
-            if wake:
+            self._queue.append(envelope)
+            if phase == MailboxPhase.PARKED:
                 self._phase = MailboxPhase.WAKING
-        if wake:
+            elif not self._scheduled and self._actor is not None:
+                self._scheduled = True
+                run = self._actor
+        if run is not None:
+            run.dispatch()
+        elif phase == MailboxPhase.PARKED:
             self._owner.wake(self)
 
     def tell_if_live(self, message: Any) -> bool:
         """Queue ``message`` only if an actor runs this mailbox (never wakes it)."""
+        run: LoopActor | None = None
         with self._lock:
             if self._phase != MailboxPhase.LIVE:
                 return False
-            self._queue.put(Envelope(message))
+            self._queue.append(Envelope(message))
+            if not self._scheduled and self._actor is not None:
+                self._scheduled = True
+                run = self._actor
+        if run is not None:
+            run.dispatch()
         return True
 
     def get(self) -> Any:
-        return self._queue.get()
+        return self._queue.popleft()
 
     def empty(self) -> bool:
-        return self._queue.empty()
+        return not self._queue
+
+    # -- the running actor's side (actors._loop_actor.LoopInbox) ----------------------
+
+    def bind(self, actor: LoopActor) -> None:
+        """``actor`` runs this mailbox from now on; its first turn is coming."""
+        with self._lock:
+            self._actor = actor
+            self._scheduled = True
+
+    def take(self) -> Any:
+        """The next envelope, or ``None`` (and no turn is scheduled any more)."""
+        with self._lock:
+            if self._queue:
+                return self._queue.popleft()
+            self._scheduled = False
+            return None
+
+    def unbind(self, actor: LoopActor) -> None:
+        """``actor`` stopped: it runs this mailbox no more (unless a successor does)."""
+        with self._lock:
+            if self._actor is actor:
+                self._actor = None
+                self._scheduled = False
 
     # -- phase changes ------------------------------------------------------------
 
     def park(self, parked: ParkedSession, commit: Any) -> bool:
         """LIVE -> PARKED iff nothing is queued; ``commit()`` runs inside that step."""
         with self._lock:
-            if self._phase != MailboxPhase.LIVE or not self._queue.empty():
+            if self._phase != MailboxPhase.LIVE or self._queue:
                 return False
             self._phase = MailboxPhase.PARKED
             self.parked = parked
@@ -230,12 +307,11 @@ class SessionMailbox:
             self.parked = None
             messages = []
             stops = []
-            while not self._queue.empty():
-                envelope = self._queue.get_nowait()
+            for envelope in self._queue:
                 if isinstance(envelope.message, pykka.messages._ActorStop):
                     stops.append(envelope)
                 else:
                     messages.append(envelope.message)
-            for envelope in stops:
-                self._queue.put(envelope)
+            self._queue.clear()
+            self._queue.extend(stops)
         return messages

@@ -16,7 +16,7 @@ written against the seed's class, see `supervisor.compat`.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -69,6 +69,7 @@ class AsyncioSessionRegistry(AsyncSessionRegistry):
             port=CoalescingPort(self._loop.call_soon_threadsafe),
         )
         self._tasks: set[asyncio.Task[None]] = set()
+        self._spawn(self._run_timers())
         interval = self._options.sweep_interval_s
         if interval is not None:
             self._spawn(self._ticker(interval))
@@ -128,9 +129,6 @@ class AsyncioSessionRegistry(AsyncSessionRegistry):
 
     def _now(self) -> float:
         return self._loop.time()
-
-    async def _in_thread(self, fn: Callable[[], None]) -> None:
-        await self._loop.run_in_executor(None, fn)
 
     async def aclose(self) -> None:
         """Shut the registry down (see ``open_session_registry``); idempotent.
