@@ -95,11 +95,11 @@ class CoalescingPort:
 class OutboxCore:
     """One attachment's ordered wire; see the module docstring.
 
-    Thread-safe entry points (``post``, ``retire``, ``close_transport``) run
-    at once when called on the loop with nothing queued before them (an actor
-    answering in its caller's stack), and otherwise submit to the port, so
-    they keep their order with the port's other callbacks; everything else
-    runs on the loop.
+    Thread-safe entry points (``post``, ``retire``, ``close_transport``)
+    submit to the port, but for a ``post`` made on the loop with nothing
+    queued before it (an actor answering in its caller's stack), which is
+    accepted at once: order with the port's other callbacks holds either
+    way. Everything else runs on the loop.
     """
 
     def __init__(
@@ -141,16 +141,14 @@ class OutboxCore:
             self._port.submit(lambda: self._accept(delivery))
 
     def retire(self, reason: str) -> None:
-        if self._port.may_run_now():
-            self.stop(reason, close=False)
-        else:
-            self._port.submit(lambda: self.stop(reason, close=False))
+        # Always later, never in the caller's stack: a session retires an
+        # outbox while that outbox's pump may be settling a failed send (an
+        # activation's rollback), and the pump's own verdict (close the
+        # transport) must come first.
+        self._port.submit(lambda: self.stop(reason, close=False))
 
     def close_transport(self, reason: str) -> None:
-        if self._port.may_run_now():
-            self.stop(reason, close=True)
-        else:
-            self._port.submit(lambda: self.stop(reason, close=True))
+        self._port.submit(lambda: self.stop(reason, close=True))
 
     # -- on the loop --------------------------------------------------------------------
 
