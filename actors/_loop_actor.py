@@ -47,9 +47,12 @@ __all__ = [
 ]
 
 #: Messages one actor handles per turn before it yields the loop (Akka's
-#: dispatcher ``throughput``). Measured with ``python -m benchmarks --only
-#: throughput``: 1, 8, 64 and 512 were within noise of each other for one
-#: busy session; 64 keeps a burst of ``send_event_nowait`` to one turn.
+#: dispatcher ``throughput``). It matters only when many messages queue for
+#: one actor at once (sent from other threads, or while it waits for its
+#: turn): a door already coalesces a loop tick's ``send_event_nowait`` into
+#: one message. Two rounds of ``engine_threads`` (8 threads flooding, quick
+#: size, on a shared 2-core machine) gave 29-62k ev/s for 1, 39-67k for 8,
+#: 46-106k for 64 and 22-92k for 512: noise dominates; 64 was never behind.
 THROUGHPUT = 64
 
 

@@ -58,34 +58,28 @@ class Envelope:
         self.message = message
 
 
-class ClosableInbox:
-    """pykka's inbox contract (put/get/empty) on a SimpleQueue, closable.
+class _LoopQueue:
+    """A FIFO of envelopes and the `LoopActor` it schedules (see
+    `actors._loop_actor.LoopInbox`): the put that finds the actor idle sets
+    the scheduled flag and asks for a turn; ``take`` clears it when empty."""
 
-    Once `close` ran, a message of one of ``guarded`` types is refused
-    at ``put`` (``refusal`` is raised: an ``ActorDeadError``), so its sender
-    learns at once instead of queueing behind a stop, where pykka would drop
-    it unanswered. pykka's own messages (a stop) are always let through.
-    """
+    __slots__ = ("_actor", "_lock", "_queue", "_scheduled")
 
-    def __init__(self, guarded: type | tuple[type, ...], refusal: str) -> None:
+    def __init__(self) -> None:
         self._queue: deque[Any] = deque()
         self._lock = threading.Lock()
-        self._closed = False
-        self._guarded = guarded
-        self._refusal = refusal
+        # The actor that runs this queue now, and whether it has a turn coming.
         self._actor: LoopActor | None = None
         self._scheduled = False
 
-    def put(self, envelope: Any) -> None:
-        with self._lock:
-            if self._closed and isinstance(envelope.message, self._guarded):
-                raise InboxClosedError(self._refusal)
-            self._queue.append(envelope)
-            actor = self._actor
-            if actor is None or self._scheduled:
-                return
-            self._scheduled = True
-        actor.dispatch()
+    def _enqueue_locked(self, envelope: Any) -> LoopActor | None:
+        """Queue ``envelope`` (the lock held); the actor to dispatch, if any."""
+        self._queue.append(envelope)
+        actor = self._actor
+        if actor is None or self._scheduled:
+            return None
+        self._scheduled = True
+        return actor
 
     def get(self) -> Any:
         return self._queue.popleft()
@@ -94,11 +88,13 @@ class ClosableInbox:
         return not self._queue
 
     def bind(self, actor: LoopActor) -> None:
+        """``actor`` runs this queue from now on; its first turn is coming."""
         with self._lock:
             self._actor = actor
             self._scheduled = True
 
     def take(self) -> Any:
+        """The next envelope, or ``None`` (and no turn is scheduled any more)."""
         with self._lock:
             if self._queue:
                 return self._queue.popleft()
@@ -106,10 +102,37 @@ class ClosableInbox:
             return None
 
     def unbind(self, actor: LoopActor) -> None:
+        """``actor`` stopped: it runs this queue no more (unless a successor does)."""
         with self._lock:
             if self._actor is actor:
                 self._actor = None
                 self._scheduled = False
+
+
+class ClosableInbox(_LoopQueue):
+    """pykka's inbox contract (put/get/empty), run by a LoopActor, closable.
+
+    Once `close` ran, a message of one of ``guarded`` types is refused
+    at ``put`` (``refusal`` is raised: an ``ActorDeadError``), so its sender
+    learns at once instead of queueing behind a stop, where pykka would drop
+    it unanswered. pykka's own messages (a stop) are always let through.
+    """
+
+    __slots__ = ("_closed", "_guarded", "_refusal")
+
+    def __init__(self, guarded: type | tuple[type, ...], refusal: str) -> None:
+        super().__init__()
+        self._closed = False
+        self._guarded = guarded
+        self._refusal = refusal
+
+    def put(self, envelope: Any) -> None:
+        with self._lock:
+            if self._closed and isinstance(envelope.message, self._guarded):
+                raise InboxClosedError(self._refusal)
+            actor = self._enqueue_locked(envelope)
+        if actor is not None:
+            actor.dispatch()
 
     def close(self) -> list[Any]:
         """Refuse guarded messages from now on; take out those queued, in order."""
@@ -138,31 +161,16 @@ class SessionMailboxOwner(Protocol):
     def wake(self, mailbox: SessionMailbox) -> None: ...
 
 
-class SessionMailbox:
+class SessionMailbox(_LoopQueue):
     """One session's inbox and routing entry; see the module docstring."""
 
-    __slots__ = (
-        "_actor",
-        "_lock",
-        "_owner",
-        "_phase",
-        "_queue",
-        "_scheduled",
-        "parked",
-        "session_id",
-        "store_epoch",
-    )
+    __slots__ = ("_owner", "_phase", "parked", "session_id", "store_epoch")
 
     def __init__(self, session_id: str, owner: SessionMailboxOwner) -> None:
+        super().__init__()
         self.session_id = session_id
         self._owner = owner
-        self._queue: deque[Any] = deque()
-        self._lock = threading.Lock()
         self._phase = MailboxPhase.LIVE
-        # The actor that runs this mailbox now (LIVE), and whether it has a
-        # turn coming: the put that sets the flag asks for that turn.
-        self._actor: LoopActor | None = None
-        self._scheduled = False
         #: The parked session while PARKED or WAKING; None otherwise.
         self.parked: ParkedSession | None = None
         #: With a session store: the epoch this process owns the session at
@@ -191,12 +199,11 @@ class SessionMailbox:
                 envelope.message, pykka.messages._ActorStop
             ):
                 raise InboxClosedError("session is gone")
-            self._queue.append(envelope)
             if phase == MailboxPhase.PARKED:
+                self._queue.append(envelope)
                 self._phase = MailboxPhase.WAKING
-            elif not self._scheduled and self._actor is not None:
-                self._scheduled = True
-                run = self._actor
+            else:
+                run = self._enqueue_locked(envelope)
         if run is not None:
             run.dispatch()
         elif phase == MailboxPhase.PARKED:
@@ -208,42 +215,10 @@ class SessionMailbox:
         with self._lock:
             if self._phase != MailboxPhase.LIVE:
                 return False
-            self._queue.append(Envelope(message))
-            if not self._scheduled and self._actor is not None:
-                self._scheduled = True
-                run = self._actor
+            run = self._enqueue_locked(Envelope(message))
         if run is not None:
             run.dispatch()
         return True
-
-    def get(self) -> Any:
-        return self._queue.popleft()
-
-    def empty(self) -> bool:
-        return not self._queue
-
-    # -- the running actor's side (actors._loop_actor.LoopInbox) ----------------------
-
-    def bind(self, actor: LoopActor) -> None:
-        """``actor`` runs this mailbox from now on; its first turn is coming."""
-        with self._lock:
-            self._actor = actor
-            self._scheduled = True
-
-    def take(self) -> Any:
-        """The next envelope, or ``None`` (and no turn is scheduled any more)."""
-        with self._lock:
-            if self._queue:
-                return self._queue.popleft()
-            self._scheduled = False
-            return None
-
-    def unbind(self, actor: LoopActor) -> None:
-        """``actor`` stopped: it runs this mailbox no more (unless a successor does)."""
-        with self._lock:
-            if self._actor is actor:
-                self._actor = None
-                self._scheduled = False
 
     # -- phase changes ------------------------------------------------------------
 

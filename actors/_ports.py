@@ -77,7 +77,7 @@ class Delivery:
 
 
 class Outbox(Protocol):
-    """One attachment generation's wire, seen from the actor thread."""
+    """One attachment generation's wire, seen from the actor."""
 
     def post(self, delivery: Delivery) -> None:
         """Queue ``delivery`` behind everything posted before. Never blocks."""

@@ -108,7 +108,7 @@ class LoopReply:
         self._done = True
         self._value = value
         self._error = error
-        # Dropped once run: an actor thread may hold this reply until its next
+        # Dropped once run: an actor may hold this reply until its next
         # message, and the callback holds the registry (the drop-in's
         # finalizer needs the registry to become garbage).
         on_settled, self._on_settled = self._on_settled, None

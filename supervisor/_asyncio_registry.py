@@ -135,8 +135,8 @@ class AsyncioSessionRegistry(AsyncSessionRegistry):
 
         Shielded, like trio's door: a caller cancelled (even again and again)
         while closing still waits until every actor has stopped, then gets
-        its cancellation. Otherwise the actors' threads would outlive the
-        registry and keep the interpreter from exiting.
+        its cancellation. Otherwise a caller could leave with sessions
+        still answering and outboxes still sending.
         """
         if self._closed:
             return
@@ -166,7 +166,7 @@ async def open_session_registry(**options: Any) -> AsyncIterator[AsyncioSessionR
     keyword arguments (the fields of `RegistryOptions`),
     the same methods, the same shutdown at the end of the block (shielded
     from cancellation: drain for up to ``drain_timeout_s``, stop every
-    session, join every thread; no transport's ``close`` is called).
+    session and the supervisor; no transport's ``close`` is called).
     ``send`` and ``close`` of its transports are coroutine functions.
 
     Yields:

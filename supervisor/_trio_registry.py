@@ -156,7 +156,7 @@ async def open_session_registry(**options: Any) -> AsyncIterator[TrioSessionRegi
     queued ``send_event_nowait`` calls and outboxes drain for up to
     ``drain_timeout_s``, then every session stops (waiting calls get
     `RegistryClosedError`; no transport's ``close`` is
-    called) and every actor thread is joined.
+    called) and the supervisor stops.
 
     Yields:
         TrioSessionRegistry: the registry; ``send`` and ``close`` of its

@@ -57,6 +57,16 @@ class _Watch(FaultPlan):
         super().hit(name, session_id)
 
 
+def _options(watch: _Watch) -> dict[str, Any]:
+    return {"replay_ttl_s": 60, "replay_max_bytes_per_session": 1 << 24, "faults": watch}
+
+
+def _assert_serial_on_one_thread(watch: _Watch, errors: list[BaseException]) -> None:
+    assert errors == []
+    assert watch.overlaps == 0
+    assert len(watch.threads) == 1
+
+
 def _hammer_from_threads(system: Any, errors: list[BaseException]) -> list[threading.Thread]:
     def run() -> None:
         try:
@@ -76,9 +86,7 @@ def _hammer_from_threads(system: Any, errors: list[BaseException]) -> list[threa
 async def test_trio_a_sessions_transitions_run_one_at_a_time_on_the_loop_thread() -> None:
     watch, errors = _Watch(), list[BaseException]()
     with trio.fail_after(LIMIT):
-        async with open_session_registry(
-            replay_ttl_s=60, replay_max_bytes_per_session=1 << 24, faults=watch
-        ) as reg:
+        async with open_session_registry(**_options(watch)) as reg:
             wire = Wire()
             await reg.create("s", send=wire.send, close=wire.close)
             threads = _hammer_from_threads(reg.system, errors)
@@ -95,10 +103,9 @@ async def test_trio_a_sessions_transitions_run_one_at_a_time_on_the_loop_thread(
                 await trio.to_thread.run_sync(thread.join)
             await reg.has_attachment("s")
             stats = reg.stats()
-    assert errors == []
+    _assert_serial_on_one_thread(watch, errors)
     total = THREADS * EACH + 2 * TASKS * EACH
     assert stats.events_journaled == total
-    assert watch.overlaps == 0
     assert watch.threads == {threading.get_ident()}  # the loop's own thread only
     assert watch.transitions >= total - TASKS * EACH  # nowait bursts may batch
 
@@ -107,9 +114,7 @@ def test_asyncio_a_sessions_transitions_run_one_at_a_time_on_the_loop_thread() -
     watch, errors = _Watch(), list[BaseException]()
 
     async def scenario() -> None:
-        async with open_asyncio_registry(
-            replay_ttl_s=60, replay_max_bytes_per_session=1 << 24, faults=watch
-        ) as reg:
+        async with open_asyncio_registry(**_options(watch)) as reg:
             wire = Wire()
             await reg.create("s", send=wire.send, close=wire.close)
             threads = _hammer_from_threads(reg.system, errors)
@@ -125,17 +130,13 @@ def test_asyncio_a_sessions_transitions_run_one_at_a_time_on_the_loop_thread() -
             assert reg.stats().events_journaled == THREADS * EACH + TASKS * EACH
 
     asyncio.run(asyncio.wait_for(scenario(), LIMIT))
-    assert errors == []
-    assert watch.overlaps == 0
-    assert len(watch.threads) == 1
+    _assert_serial_on_one_thread(watch, errors)
     assert watch.transitions == THREADS * EACH + TASKS * EACH
 
 
 def test_thread_door_engine_threads_all_cross_onto_the_one_loop_thread() -> None:
     watch, errors = _Watch(), list[BaseException]()
-    with ThreadSessionRegistry(
-        replay_ttl_s=60, replay_max_bytes_per_session=1 << 24, faults=watch, timeout=LIMIT
-    ) as reg:
+    with ThreadSessionRegistry(timeout=LIMIT, **_options(watch)) as reg:
         wire = Wire()
         reg.create("s", send=wire.send_blocking, close=wire.close_blocking)
 
@@ -153,9 +154,7 @@ def test_thread_door_engine_threads_all_cross_onto_the_one_loop_thread() -> None
         for thread in threads:
             thread.join(LIMIT)
         assert reg.stats().events_journaled == 2 * THREADS * EACH
-    assert errors == []
-    assert watch.overlaps == 0
-    assert len(watch.threads) == 1
+    _assert_serial_on_one_thread(watch, errors)
     assert threading.get_ident() not in watch.threads
 
 
@@ -199,6 +198,22 @@ async def _port() -> CoalescingPort:
     return CoalescingPort(trio.lowlevel.current_trio_token().run_sync_soon)
 
 
+async def _pair(log: list[Any]) -> tuple[pykka.ActorRef[_Recorder], pykka.ActorRef[_Recorder]]:
+    """Two recorders on this loop, the first one's peer the second."""
+    port = await _port()
+    first, second = _Recorder.start(port, log), _Recorder.start(port, log)
+    first.proxy().peer = second
+    return first, second
+
+
+async def _handled(log: list[Any], count: int) -> list[Any]:
+    """The messages handled, once there are ``count`` entries."""
+    with trio.fail_after(LIMIT):
+        while len(log) < count:
+            await trio.sleep(0)
+    return [m for _, m in log]
+
+
 async def test_an_ask_from_the_loop_to_an_idle_actor_is_answered_inline() -> None:
     port, log = await _port(), list[Any]()
     ref = _Recorder.start(port, log)
@@ -212,18 +227,13 @@ async def test_an_ask_from_the_loop_to_an_idle_actor_is_answered_inline() -> Non
 
 
 async def test_a_message_sent_from_inside_a_turn_is_scheduled_not_nested() -> None:
-    port, log = await _port(), list[Any]()
-    first = _Recorder.start(port, log)
-    second = _Recorder.start(port, log)
-    first.proxy().peer = second
-    with trio.fail_after(LIMIT):
-        await trio.testing.wait_all_tasks_blocked()
-        first.tell("forward")
-        # The peer's message waits for the loop: the forward turn ended first.
-        assert [m for _, m in log] == ["forward", "told"]
-        while len(log) < 3:
-            await trio.sleep(0)
-    assert [m for _, m in log] == ["forward", "told", "forwarded"]
+    log = list[Any]()
+    first, second = await _pair(log)
+    await trio.testing.wait_all_tasks_blocked()
+    first.tell("forward")
+    # The peer's message waits for the loop: the forward turn ended first.
+    assert [m for _, m in log] == ["forward", "told"]
+    assert await _handled(log, 3) == ["forward", "told", "forwarded"]
     assert first.proxy().nested.get() == 0
     assert second.proxy().nested.get() == 0
     first.stop(block=False)
@@ -231,17 +241,12 @@ async def test_a_message_sent_from_inside_a_turn_is_scheduled_not_nested() -> No
 
 
 async def test_a_blocking_get_on_the_loop_of_an_answer_not_there_raises() -> None:
-    port, log = await _port(), list[Any]()
-    asker = _Recorder.start(port, log)
-    peer = _Recorder.start(port, log)
-    asker.proxy().peer = peer
-    with trio.fail_after(LIMIT):
-        # Inside the asker's turn, the peer's answer needs a later turn of
-        # the same loop: a blocking get() there raises instead of hanging.
-        assert asker.ask("ask the peer") == "refused: would wait forever"
-        while len(log) < 2:
-            await trio.sleep(0)
-    assert [m for _, m in log] == ["ask the peer", "asked"]
+    log = list[Any]()
+    asker, peer = await _pair(log)
+    # Inside the asker's turn, the peer's answer needs a later turn of the
+    # same loop: a blocking get() there raises instead of hanging.
+    assert asker.ask("ask the peer") == "refused: would wait forever"
+    assert await _handled(log, 2) == ["ask the peer", "asked"]
     # From a plain thread a blocking ask waits for the loop, as with pykka's threads.
     assert await trio.to_thread.run_sync(lambda: peer.ask("from a thread")) == "from a thread"
     enter_loop_thread()
@@ -266,10 +271,7 @@ async def test_a_busy_actor_yields_the_loop_after_its_throughput() -> None:
         other.tell("other")
 
     await trio.to_thread.run_sync(flood)
-    with trio.fail_after(LIMIT):
-        while len(log) < 3 * THROUGHPUT + 1:
-            await trio.sleep(0)
-    handled = [m for _, m in log]
+    handled = await _handled(log, 3 * THROUGHPUT + 1)
     # The other actor got its turn before the busy one's third.
     assert handled.index("other") <= 2 * THROUGHPUT
     assert [m for m in handled if m != "other"] == list(range(3 * THROUGHPUT))
