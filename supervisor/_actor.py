@@ -5,8 +5,9 @@ decides; session actors carry out:
 
 * **Routing.** The routing table maps each session id to the session's
   `SessionMailbox`. Only the supervisor writes it (on the registry's
-  loop, in its turns); front doors read it without a round trip and put commands straight into
-  the mailbox, which outlives every actor that runs the session.
+  loop, in its turns); front doors read it without a round trip and put
+  commands straight into the mailbox, which outlives every actor that runs
+  the session.
 * **Restarts.** A session that crashes answers its caller, holds its messages
   and reports the crash (`CrashReport`). The supervisor
   applies `RestartPolicy`: restart now, restart when
@@ -302,7 +303,7 @@ class SessionSystem:
         """After `shutdown` answered: stop the supervisor (no thread to wait for)."""
         self._closed = True
         with contextlib.suppress(pykka.ActorDeadError):
-            self._supervisor.tell(pykka.messages._ActorStop())
+            self._supervisor.stop(block=False)
         loop_thread, self._loop_thread = self._loop_thread, None
         if loop_thread is not None:
             leave_loop_thread(loop_thread)
