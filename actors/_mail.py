@@ -96,11 +96,10 @@ class SessionContext:
     config: SessionConfig
     clock: Callable[[], float]
     failpoints: Failpoints
+    #: The registry's loop: callbacks go there, and every actor runs on it.
     port: LoopPort
     notify: Callable[[LifecycleEvent], None]
     owner: SessionOwner
-    #: Daemon threads let a program that never shuts the registry down exit.
-    daemon_threads: bool = False
     #: Where committed transitions are written (None: this process's memory only).
     store: SessionStore | None = None
 

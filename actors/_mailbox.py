@@ -8,7 +8,8 @@ mailbox, so a message is never re-routed, reordered or dropped on the way.
 
 Its consumer phase says who reads it:
 
-* ``LIVE``: one actor takes its messages (pykka's ``get``);
+* ``LIVE``: one actor takes its messages, in turns on the registry's loop
+  (a `LoopActor` bound to it: the ``put`` that finds it idle schedules it);
 * ``PARKED``: nobody; it holds the parked session's plain data and is empty;
 * ``WAKING``: nobody; messages arrived while parked and the owner was asked,
   once, to start an actor (`SessionMailboxOwner.wake`);
@@ -21,13 +22,16 @@ the park is aborted) or finds the mailbox parked and wakes it.
 
 from __future__ import annotations
 
-import queue
 import threading
-from typing import Any, Protocol
+from collections import deque
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pykka
 
 from actors._lifecycle import ParkedSession
+
+if TYPE_CHECKING:
+    from actors._loop_actor import LoopActor
 
 __all__ = [
     "ClosableInbox",
@@ -54,8 +58,59 @@ class Envelope:
         self.message = message
 
 
-class ClosableInbox:
-    """pykka's inbox contract (put/get/empty) on a SimpleQueue, closable.
+class _LoopQueue:
+    """A FIFO of envelopes and the `LoopActor` it schedules (see
+    `actors._loop_actor.LoopInbox`): the put that finds the actor idle sets
+    the scheduled flag and asks for a turn; ``take`` clears it when empty."""
+
+    __slots__ = ("_actor", "_lock", "_queue", "_scheduled")
+
+    def __init__(self) -> None:
+        self._queue: deque[Any] = deque()
+        self._lock = threading.Lock()
+        # The actor that runs this queue now, and whether it has a turn coming.
+        self._actor: LoopActor | None = None
+        self._scheduled = False
+
+    def _enqueue_locked(self, envelope: Any) -> LoopActor | None:
+        """Queue ``envelope`` (the lock held); the actor to dispatch, if any."""
+        self._queue.append(envelope)
+        actor = self._actor
+        if actor is None or self._scheduled:
+            return None
+        self._scheduled = True
+        return actor
+
+    def get(self) -> Any:
+        return self._queue.popleft()
+
+    def empty(self) -> bool:
+        return not self._queue
+
+    def bind(self, actor: LoopActor) -> None:
+        """``actor`` runs this queue from now on; its first turn is coming."""
+        with self._lock:
+            self._actor = actor
+            self._scheduled = True
+
+    def take(self) -> Any:
+        """The next envelope, or ``None`` (and no turn is scheduled any more)."""
+        with self._lock:
+            if self._queue:
+                return self._queue.popleft()
+            self._scheduled = False
+            return None
+
+    def unbind(self, actor: LoopActor) -> None:
+        """``actor`` stopped: it runs this queue no more (unless a successor does)."""
+        with self._lock:
+            if self._actor is actor:
+                self._actor = None
+                self._scheduled = False
+
+
+class ClosableInbox(_LoopQueue):
+    """pykka's inbox contract (put/get/empty), run by a LoopActor, closable.
 
     Once `close` ran, a message of one of ``guarded`` types is refused
     at ``put`` (``refusal`` is raised: an ``ActorDeadError``), so its sender
@@ -63,9 +118,10 @@ class ClosableInbox:
     it unanswered. pykka's own messages (a stop) are always let through.
     """
 
+    __slots__ = ("_closed", "_guarded", "_refusal")
+
     def __init__(self, guarded: type | tuple[type, ...], refusal: str) -> None:
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._lock = threading.Lock()
+        super().__init__()
         self._closed = False
         self._guarded = guarded
         self._refusal = refusal
@@ -74,24 +130,19 @@ class ClosableInbox:
         with self._lock:
             if self._closed and isinstance(envelope.message, self._guarded):
                 raise InboxClosedError(self._refusal)
-            self._queue.put(envelope)
-
-    def get(self) -> Any:
-        return self._queue.get()
-
-    def empty(self) -> bool:
-        return self._queue.empty()
+            actor = self._enqueue_locked(envelope)
+        if actor is not None:
+            actor.dispatch()
 
     def close(self) -> list[Any]:
         """Refuse guarded messages from now on; take out those queued, in order."""
         with self._lock:
             self._closed = True
-            envelopes = []
-            while not self._queue.empty():
-                envelopes.append(self._queue.get_nowait())
+            envelopes = list(self._queue)
+            self._queue.clear()
             for envelope in envelopes:  # pykka's own (a stop) stay queued
                 if not isinstance(envelope.message, self._guarded):
-                    self._queue.put(envelope)
+                    self._queue.append(envelope)
         return [e.message for e in envelopes if isinstance(e.message, self._guarded)]
 
 
@@ -110,16 +161,15 @@ class SessionMailboxOwner(Protocol):
     def wake(self, mailbox: SessionMailbox) -> None: ...
 
 
-class SessionMailbox:
+class SessionMailbox(_LoopQueue):
     """One session's inbox and routing entry; see the module docstring."""
 
-    __slots__ = ("_lock", "_owner", "_phase", "_queue", "parked", "session_id", "store_epoch")
+    __slots__ = ("_owner", "_phase", "parked", "session_id", "store_epoch")
 
     def __init__(self, session_id: str, owner: SessionMailboxOwner) -> None:
+        super().__init__()
         self.session_id = session_id
         self._owner = owner
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._lock = threading.Lock()
         self._phase = MailboxPhase.LIVE
         #: The parked session while PARKED or WAKING; None otherwise.
         self.parked: ParkedSession | None = None
@@ -142,38 +192,40 @@ class SessionMailbox:
         self.put(Envelope(message))
 
     def put(self, envelope: Any) -> None:
+        run: LoopActor | None = None
         with self._lock:
-            if self._phase == MailboxPhase.CLOSED and not isinstance(
+            phase = self._phase
+            if phase == MailboxPhase.CLOSED and not isinstance(
                 envelope.message, pykka.messages._ActorStop
             ):
                 raise InboxClosedError("session is gone")
-            self._queue.put(envelope)
-            wake = self._phase == MailboxPhase.PARKED
-            if wake:
+            if phase == MailboxPhase.PARKED:
+                self._queue.append(envelope)
                 self._phase = MailboxPhase.WAKING
-        if wake:
+            else:
+                run = self._enqueue_locked(envelope)
+        if run is not None:
+            run.dispatch()
+        elif phase == MailboxPhase.PARKED:
             self._owner.wake(self)
 
     def tell_if_live(self, message: Any) -> bool:
         """Queue ``message`` only if an actor runs this mailbox (never wakes it)."""
+        run: LoopActor | None = None
         with self._lock:
             if self._phase != MailboxPhase.LIVE:
                 return False
-            self._queue.put(Envelope(message))
+            run = self._enqueue_locked(Envelope(message))
+        if run is not None:
+            run.dispatch()
         return True
-
-    def get(self) -> Any:
-        return self._queue.get()
-
-    def empty(self) -> bool:
-        return self._queue.empty()
 
     # -- phase changes ------------------------------------------------------------
 
     def park(self, parked: ParkedSession, commit: Any) -> bool:
         """LIVE -> PARKED iff nothing is queued; ``commit()`` runs inside that step."""
         with self._lock:
-            if self._phase != MailboxPhase.LIVE or not self._queue.empty():
+            if self._phase != MailboxPhase.LIVE or self._queue:
                 return False
             self._phase = MailboxPhase.PARKED
             self.parked = parked
@@ -230,12 +282,11 @@ class SessionMailbox:
             self.parked = None
             messages = []
             stops = []
-            while not self._queue.empty():
-                envelope = self._queue.get_nowait()
+            for envelope in self._queue:
                 if isinstance(envelope.message, pykka.messages._ActorStop):
                     stops.append(envelope)
                 else:
                     messages.append(envelope.message)
-            for envelope in stops:
-                self._queue.put(envelope)
+            self._queue.clear()
+            self._queue.extend(stops)
         return messages

@@ -1,7 +1,7 @@
 """The small loop-neutral protocols between a session actor and its shells.
 
-A session actor runs on its own thread and never does I/O, never calls user
-code inline and never blocks on a caller. It talks to the outside only
+A session actor runs in turns on its registry's event loop and never does
+I/O, never calls user code inline and never blocks on a caller. It talks to the outside only
 through these three things, each implemented once per front door:
 
 * `Reply`: answers one caller. Thread-safe; the first answer wins and
@@ -47,9 +47,17 @@ class Reply(Protocol):
 
 
 class LoopPort(Protocol):
-    """Runs callables on the loop that owns it, in submission order."""
+    """Runs callables on the loop that owns it, in submission order.
 
-    def submit(self, fn: Callable[[], object]) -> None: ...
+    It is also the loop every actor of the registry runs on
+    (`actors._loop_actor.LoopActor`).
+    """
+
+    def submit(self, fn: Callable[[], object]) -> None:
+        """Run ``fn`` soon on the loop; callable from any thread."""
+
+    def on_loop(self) -> bool:
+        """Whether the caller runs on the loop's own thread."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -69,7 +77,7 @@ class Delivery:
 
 
 class Outbox(Protocol):
-    """One attachment generation's wire, seen from the actor thread."""
+    """One attachment generation's wire, seen from the actor."""
 
     def post(self, delivery: Delivery) -> None:
         """Queue ``delivery`` behind everything posted before. Never blocks."""

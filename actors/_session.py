@@ -11,12 +11,17 @@ state at its snapshot (the machine restores it), the caller gets
 message, in arrival order, and reports the crash to its owner. The owner
 answers with `Restart` (run the held messages as a new incarnation)
 or `FailSession` (close the transport, answer every held message
-`SessionFailedError`, leave). The thread never sleeps: a backoff is
-the supervisor's timer, not a wait here.
+`SessionFailedError`, leave). Nothing here ever waits: a backoff is the
+supervisor's timer, not a wait here.
+
+The actor has no thread: it is a `LoopActor`, run in turns on its registry's
+event loop, so a create is a mailbox and a small object, and a message from
+a task of that loop is handled in the caller's own stack when the session is
+idle.
 
 Passivation is the same split: the supervisor proposes `Passivate`;
 the actor re-checks idleness when its turn comes, and parks (state as plain
-data in the mailbox, actor stopped, thread freed) only if nothing arrived.
+data in the mailbox, actor stopped) only if nothing arrived.
 
 One class, longer than our other modules, on purpose: the crash, restart and
 passivation paths all read and change the same few fields (the state, the
@@ -28,7 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -46,6 +50,7 @@ from actors._errors import (
     StoreError,
 )
 from actors._lifecycle import ParkedSession, ResumeStash
+from actors._loop_actor import LoopActor
 from actors._mail import (
     NO_REPLY,
     Call,
@@ -81,7 +86,6 @@ from actors._state import SessionState, Transition
 from actors._store import StoreBinding
 
 __all__ = [
-    "THREAD_NAME_PREFIX",
     "Call",
     "ClosableInbox",
     "CrashReport",
@@ -101,11 +105,8 @@ __all__ = [
 
 logger = logging.getLogger("duplex_supervisor.actors")
 
-#: Every session thread is named ``THREAD_NAME_PREFIX + session_id``.
-THREAD_NAME_PREFIX = "duplex-session:"
 
-
-class SessionActor(pykka.ThreadingActor):
+class SessionActor(LoopActor):
     """One session incarnation run; its mailbox is the session's, shared by all of them."""
 
     def __init__(
@@ -117,6 +118,7 @@ class SessionActor(pykka.ThreadingActor):
         parked: ParkedSession | None = None,
     ) -> None:
         self._mailbox = mailbox
+        self.actor_loop = context.port
         super().__init__()
         self.session_id = mailbox.session_id
         self.mailbox = mailbox
@@ -141,12 +143,10 @@ class SessionActor(pykka.ThreadingActor):
         # When the last command other than a tick was handled (passivation's idleness).
         self._last_active = context.clock()
         #: Since when this session could be parked (None: not now). Written by
-        #: its thread after each command; the supervisor reads it as a hint for
+        #: the actor after each command; the supervisor reads it as a hint for
         #: whom to propose parking to (the actor checks again itself).
         self.parkable_since: float | None = None
         self.incarnation = 0
-        #: The actor's own thread (set by ``start`` before any message).
-        self.thread = threading.current_thread()
         self._gone = False
         self._closing_reason = "closed"
 
@@ -154,16 +154,8 @@ class SessionActor(pykka.ThreadingActor):
         # pykka's __init__ asks for the inbox: it is the session's mailbox.
         return self._mailbox
 
-    def _start_actor_loop(self) -> None:
-        # pykka's own, but keeping the thread so shutdown can join it.
-        self.thread = threading.Thread(
-            target=self._actor_loop, name=f"{THREAD_NAME_PREFIX}{self.session_id}"
-        )
-        self.thread.daemon = self._context.daemon_threads
-        self.thread.start()
-
     def _actor_loop_teardown(self) -> None:
-        # pykka drains the inbox here; the mailbox outlives this actor (a
+        # LoopActor drains the inbox here; the mailbox outlives this actor (a
         # parked session's next actor, or _leave's answers, take what is left).
         return None
 

@@ -4,9 +4,10 @@
 decides; session actors carry out:
 
 * **Routing.** The routing table maps each session id to the session's
-  `SessionMailbox`. Only the supervisor's thread writes
-  it; front doors read it without a round trip and put commands straight into
-  the mailbox, which outlives every actor that runs the session.
+  `SessionMailbox`. Only the supervisor writes it (on the registry's
+  loop, in its turns); front doors read it without a round trip and put
+  commands straight into the mailbox, which outlives every actor that runs
+  the session.
 * **Restarts.** A session that crashes answers its caller, holds its messages
   and reports the crash (`CrashReport`). The supervisor
   applies `RestartPolicy`: restart now, restart when
@@ -17,6 +18,9 @@ decides; session actors carry out:
   sessions; a parked session's next message wakes the supervisor, which starts
   a new actor from the parked data. A sweep prunes and expires parked
   sessions on their data, without starting them.
+
+The supervisor and every session are `LoopActor`s on the registry's event
+loop: no thread is started to create, wake or restart a session.
 
 A supervisor that crashes is replaced (the routing table, timers and books
 live here, not in the actor), and every message it held is handed to its
@@ -44,6 +48,7 @@ from actors._errors import (
     StoreError,
 )
 from actors._lifecycle import ParkedSession
+from actors._loop_actor import LoopActor, enter_loop_thread, leave_loop_thread
 from actors._mailbox import InboxClosedError, MailboxPhase, SessionMailbox
 from actors._messages import (
     AuthenticateResume,
@@ -81,6 +86,7 @@ from supervisor._supervision import (
     Crashed,
     Create,
     Gone,
+    PollTimers,
     Proceed,
     RegistryStats,
     Reopen,
@@ -98,23 +104,18 @@ logger = logging.getLogger("duplex_supervisor.supervisor")
 #: A detached, idle session is parked after this long (``None``: never).
 DEFAULT_PASSIVATE_AFTER_S: float | None = 30.0
 
-#: A parked session that could not get a thread is woken again this much later.
-START_RETRY_S = 0.5
 
-
-class SupervisorActor(pykka.ThreadingActor):
+class SupervisorActor(LoopActor):
     """Runs the supervisor's decisions for one registry; dies on a crash (see module)."""
 
     def __init__(self, system: SessionSystem) -> None:
         self._system = system
+        self.actor_loop = system.port
         super().__init__()
 
     def _create_actor_inbox(self) -> Any:  # type: ignore[override]
         # A supervisor that gives up closes it and hands what it held over.
         return SupervisorInbox(self._system.timers, MESSAGES, "this supervisor has handed over")
-
-    def on_start(self) -> None:
-        threading.current_thread().name = f"duplex-supervisor:{self._system.registry_id}"
 
     def on_receive(self, message: Any) -> Any:
         try:
@@ -136,10 +137,6 @@ class SupervisorActor(pykka.ThreadingActor):
             self._system.hand_over(self.actor_ref, retried + inbox.close())
             self.stop()
         return None
-
-
-class _DaemonSupervisorActor(SupervisorActor):
-    use_daemon_thread = True
 
 
 class _CountDown:
@@ -195,7 +192,6 @@ class SessionSystem:
         restart_policy: RestartPolicy | None = None,
         faults: FaultPlan | None = None,
         observer: Callable[[LifecycleEvent], None] | None = None,
-        daemon_threads: bool = False,
         passivate_after_s: float | None = DEFAULT_PASSIVATE_AFTER_S,
         store: SessionStore | None = None,
     ) -> None:
@@ -209,7 +205,8 @@ class SessionSystem:
         self.config = config
         self.policy = restart_policy or RestartPolicy()
         self.passivate_after_s = passivate_after_s
-        self._port = port
+        #: The registry's loop: its callbacks, and every actor's turns.
+        self.port = port
         self._observer = observer
         self._context = SessionContext(
             registry_id=self.registry_id,
@@ -219,24 +216,27 @@ class SessionSystem:
             port=port,
             notify=self.notify,
             owner=self,
-            daemon_threads=daemon_threads,
             store=store,
         )
         #: Where sessions persist beyond this process (None: memory only).
         self.store = store
-        # The routing table. Invariant: only the supervisor's thread writes it
-        # (one writer: a successor starts only after its predecessor stopped
-        # writing), one whole key at a time; every other thread only reads it,
+        # The routing table. Invariant: only the supervisor writes it (one
+        # writer: a successor starts only after its predecessor stopped
+        # writing), one whole key at a time; everyone else only reads it,
         # with single dict operations (get, in, len, list), each atomic. A
         # value is the session's mailbox, which stays the same while the
         # session is live, suspended, parked or woken, so parking and
         # restarting never write here: only create, close and departure do.
         self._routes: dict[str, SessionMailbox] = {}
-        #: Supervisor-thread state: crash windows, timers, health; see Books.
+        #: The supervisor's state: crash windows, timers, health; see Books.
         self.timers = Timers(self.clock)
         self.books = Books()
         self._closed = False
         self._takeover_lock = threading.Lock()
+        # Built on the loop it will run on: a blocking future's get() there
+        # raises instead of waiting on itself (actors._loop_actor.LoopFuture).
+        self._loop_thread: int | None = threading.get_ident()
+        enter_loop_thread()
         self._supervisor: pykka.ActorRef[SupervisorActor] = self._start_supervisor()
 
     # -- the front doors' side -------------------------------------------------
@@ -299,13 +299,19 @@ class SessionSystem:
         """
         self.tell_supervisor(Stop(reply=_StopReply(self, reply)), reply)
 
-    def join(self, timeout: float | None = None) -> None:
-        """After `shutdown` answered: stop the supervisor, join every thread of ours."""
+    def join(self) -> None:
+        """After `shutdown` answered: stop the supervisor (no thread to wait for)."""
         self._closed = True
         with contextlib.suppress(pykka.ActorDeadError):
-            self._supervisor.stop(block=True, timeout=timeout)
-        for thread in self.books.threads():
-            thread.join(timeout)
+            self._supervisor.stop(block=False)
+        loop_thread, self._loop_thread = self._loop_thread, None
+        if loop_thread is not None:
+            leave_loop_thread(loop_thread)
+
+    def poll_timers(self) -> None:
+        """From the door's timer task, on the loop: fire the supervisor's due timers."""
+        if self.timers.due():
+            self.tell_supervisor(PollTimers())
 
     def knows(self, session_id: str) -> bool:
         return session_id in self._routes
@@ -333,7 +339,7 @@ class SessionSystem:
             except Exception:
                 logger.exception("observer raised on a %s event", event.kind)
 
-        self._port.submit(deliver)
+        self.port.submit(deliver)
 
     # -- the session actors' side (SessionOwner, SessionMailboxOwner) ----------------
 
@@ -352,7 +358,7 @@ class SessionSystem:
     def wake(self, mailbox: SessionMailbox) -> None:
         self.tell_supervisor(Wake(mailbox=mailbox))
 
-    # -- the supervisor's side (its thread only) ------------------------------------
+    # -- the supervisor's side (its turns only) ------------------------------------
 
     def dispatch(self, message: Any) -> None:
         handler = _HANDLERS[type(message)]
@@ -367,15 +373,7 @@ class SessionSystem:
             return
         mailbox = SessionMailbox(message.session_id, self)
         self._routes[message.session_id] = mailbox
-        try:
-            SessionActor.start(mailbox=mailbox, context=self._context, opening=message.opening)
-        except RuntimeError as exc:  # "can't start new thread" (the kernel's limit)
-            logger.error("could not start session %s: %r", message.session_id, exc)
-            self._unroute(mailbox)
-            mailbox.close()
-            error = SessionCrashedError(f"could not start session {message.session_id}")
-            error.__cause__ = exc
-            message.reply.fail(error)
+        SessionActor.start(mailbox=mailbox, context=self._context, opening=message.opening)
 
     def _route_close(self, message: Closing) -> None:
         # Out of the table at once, so a create of the same id right after
@@ -475,13 +473,7 @@ class SessionSystem:
         if self._closed:
             self._answer_closed(mailbox)
             return
-        try:
-            SessionActor.start(mailbox=mailbox, context=self._context, parked=parked)
-        except RuntimeError as exc:  # no thread to be had: stay parked, try again soon
-            logger.error("could not wake session %s: %r", mailbox.session_id, exc)
-            mailbox.give_back(parked)
-            self.books.reactivation_crashed(mailbox)
-            self.timers.schedule(self.clock() + START_RETRY_S, Wake(mailbox=mailbox))
+        SessionActor.start(mailbox=mailbox, context=self._context, parked=parked)
 
     def _adopt(self, message: Adopt) -> None:
         """Take a session over from the store for a resume that proves its token.
@@ -686,8 +678,7 @@ class SessionSystem:
             self._answer_closed(message.mailbox)
 
     def _start_supervisor(self) -> pykka.ActorRef[SupervisorActor]:
-        actor_class = _DaemonSupervisorActor if self._context.daemon_threads else SupervisorActor
-        return actor_class.start(self)
+        return SupervisorActor.start(self)
 
     def _take_over(self, refused: pykka.ActorRef[SupervisorActor] | None = None) -> bool:
         """Start a new supervisor if ours died, or is ``refused`` (one that handed
@@ -735,4 +726,5 @@ _HANDLERS: dict[type[Any], Callable[[SessionSystem, Any], None]] = {
     Crashed: SessionSystem._decide,
     Proceed: SessionSystem._proceed,
     Adopt: SessionSystem._adopt,
+    PollTimers: lambda system, message: None,  # its turn fired what was due
 }

@@ -65,7 +65,7 @@ logger = logging.getLogger("duplex_supervisor.supervisor")
 
 #: How long a cancelled resume waits, shielded, to learn whether to roll back.
 _ABORT_WAIT_S = 30.0
-#: How long shutdown waits for every session to stop, and then for its threads.
+#: How long shutdown waits for every session to stop.
 _STOP_WAIT_S = 10.0
 
 
@@ -73,7 +73,8 @@ class LoopReply:
     """A reply settled on its loop; the first answer wins.
 
     ``resolve``/``fail`` may come from any thread: off the loop they ride the
-    port, on it they land at once. A subclass wakes its loop's waiter.
+    port, on it they land at once (unless callbacks submitted before them
+    still wait: then they queue behind). A subclass wakes its loop's waiter.
     """
 
     __slots__ = ("_done", "_error", "_on_settled", "_port", "_value")
@@ -92,7 +93,7 @@ class LoopReply:
         self._settle(None, error)
 
     def _settle(self, value: object, error: BaseException | None) -> None:
-        if self._port.on_loop():
+        if self._port.may_run_now():
             self._land(value, error)
         else:
             self._port.submit(lambda: self._land(value, error))
@@ -107,7 +108,7 @@ class LoopReply:
         self._done = True
         self._value = value
         self._error = error
-        # Dropped once run: an actor thread may hold this reply until its next
+        # Dropped once run: an actor may hold this reply until its next
         # message, and the callback holds the registry (the drop-in's
         # finalizer needs the registry to become garbage).
         on_settled, self._on_settled = self._on_settled, None
@@ -281,14 +282,22 @@ class AsyncSessionRegistry:
         """The loop's clock (real time: the drain deadline is not logical time)."""
         raise NotImplementedError
 
-    async def _in_thread(self, fn: Callable[[], None]) -> None:
-        """Run a blocking ``fn`` on a worker thread, the loop free meanwhile."""
-        raise NotImplementedError
+    async def _run_timers(self) -> None:
+        """The supervisor's timers (restart backoffs), looked at on the loop.
+
+        Sleeps until the next timer is due, or `Timers.POLL_S` at most, so a
+        timer on a clock that jumps (a fake or shifted one) still fires.
+        """
+        timers = self._system.timers
+        while True:
+            wait = timers.wait_s()
+            await self._sleep(timers.POLL_S if wait is None else max(wait, 0.001))
+            self._system.poll_timers()
 
     # -- shutdown, the same for every door ---------------------------------------------
 
     async def _shut_down(self) -> None:
-        """Drain, then stop every session, then join every thread. Runs once.
+        """Drain, then stop every session, then the supervisor. Runs once.
 
         1. No new call is taken (`RegistryClosedError`).
         2. Queued ``send_event_nowait`` calls go to their sessions, and for
@@ -299,7 +308,7 @@ class AsyncSessionRegistry:
            ``"shutdown"``, their unsent frames dropped (logged with a count).
            No transport's ``close`` is called: the transports belong to
            their owners, as in the seed.
-        4. The supervisor and every actor thread are joined.
+        4. The supervisor stops (nothing to join: no actor has a thread).
 
         Must be called shielded from cancellation (each door does).
         """
@@ -323,8 +332,8 @@ class AsyncSessionRegistry:
         try:
             await self._shielded(stopped, _STOP_WAIT_S)
         except (SessionError, TimeoutError):
-            logger.warning("stopping the sessions did not answer; joining their threads")
-        await self._in_thread(lambda: self._system.join(_STOP_WAIT_S))
+            logger.warning("stopping the sessions did not answer")
+        self._system.join()
 
     def _drained(self) -> bool:
         return not self._pending and all(o.idle for o in self._outboxes)

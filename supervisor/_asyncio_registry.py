@@ -16,7 +16,7 @@ written against the seed's class, see `supervisor.compat`.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -69,6 +69,7 @@ class AsyncioSessionRegistry(AsyncSessionRegistry):
             port=CoalescingPort(self._loop.call_soon_threadsafe),
         )
         self._tasks: set[asyncio.Task[None]] = set()
+        self._spawn(self._run_timers())
         interval = self._options.sweep_interval_s
         if interval is not None:
             self._spawn(self._ticker(interval))
@@ -129,16 +130,13 @@ class AsyncioSessionRegistry(AsyncSessionRegistry):
     def _now(self) -> float:
         return self._loop.time()
 
-    async def _in_thread(self, fn: Callable[[], None]) -> None:
-        await self._loop.run_in_executor(None, fn)
-
     async def aclose(self) -> None:
         """Shut the registry down (see ``open_session_registry``); idempotent.
 
         Shielded, like trio's door: a caller cancelled (even again and again)
         while closing still waits until every actor has stopped, then gets
-        its cancellation. Otherwise the actors' threads would outlive the
-        registry and keep the interpreter from exiting.
+        its cancellation. Otherwise a caller could leave with sessions
+        still answering and outboxes still sending.
         """
         if self._closed:
             return
@@ -168,7 +166,7 @@ async def open_session_registry(**options: Any) -> AsyncIterator[AsyncioSessionR
     keyword arguments (the fields of `RegistryOptions`),
     the same methods, the same shutdown at the end of the block (shielded
     from cancellation: drain for up to ``drain_timeout_s``, stop every
-    session, join every thread; no transport's ``close`` is called).
+    session and the supervisor; no transport's ``close`` is called).
     ``send`` and ``close`` of its transports are coroutine functions.
 
     Yields:

@@ -56,8 +56,8 @@ class RegistryOptions:
         drain_timeout_s: How long leaving the registry lets queued
             ``send_event_nowait`` calls and outboxes drain before it stops
             every session.
-        daemon_threads: Run actor threads as daemons, for a registry that is
-            never closed (the seed drop-in). Off by default.
+        daemon_threads: Accepted for compatibility; no effect. Actors have
+            no threads any more: they run on the registry's loop.
         store: Where sessions persist beyond this process
             (`RedisStore`, or a shared
             `MemoryStore`). ``None``: this
@@ -116,6 +116,5 @@ class RegistryOptions:
             passivate_after_s=self.passivate_after_s,
             faults=self.faults,
             observer=self.observer,
-            daemon_threads=self.daemon_threads,
             store=self.store,
         )

@@ -50,8 +50,9 @@ class CoalescingPort:
         self._lock = threading.Lock()
         self._pending: deque[Callable[[], object]] = deque()
         self._scheduled = False
-        #: The loop's thread, learned at the first drain.
-        self.loop_thread_id: int | None = None
+        #: The loop's thread: the one that builds the port (each door builds
+        #: it on its loop), confirmed at every drain.
+        self.loop_thread_id: int | None = threading.get_ident()
 
     def submit(self, fn: Callable[[], object]) -> None:
         with self._lock:
@@ -68,6 +69,12 @@ class CoalescingPort:
 
     def on_loop(self) -> bool:
         return threading.get_ident() == self.loop_thread_id
+
+    def may_run_now(self) -> bool:
+        """On the loop with nothing submitted still waiting: running a
+        callable now keeps submission order (an actor answering inline must
+        not overtake the ``on_accepted`` it submitted just before)."""
+        return not self._pending and threading.get_ident() == self.loop_thread_id
 
     def _drain(self) -> None:
         self.loop_thread_id = threading.get_ident()
@@ -88,8 +95,11 @@ class CoalescingPort:
 class OutboxCore:
     """One attachment's ordered wire; see the module docstring.
 
-    Thread-safe entry points (``post``, ``retire``, ``close_transport``) only
-    submit to the port; everything else runs on the loop.
+    Thread-safe entry points (``post``, ``retire``, ``close_transport``)
+    submit to the port, but for a ``post`` made on the loop with nothing
+    queued before it (an actor answering in its caller's stack), which is
+    accepted at once: order with the port's other callbacks holds either
+    way. Everything else runs on the loop.
     """
 
     def __init__(
@@ -125,9 +135,16 @@ class OutboxCore:
     # -- any thread ------------------------------------------------------------------
 
     def post(self, delivery: Delivery) -> None:
-        self._port.submit(lambda: self._accept(delivery))
+        if self._port.may_run_now():
+            self._accept(delivery)
+        else:
+            self._port.submit(lambda: self._accept(delivery))
 
     def retire(self, reason: str) -> None:
+        # Always later, never in the caller's stack: a session retires an
+        # outbox while that outbox's pump may be settling a failed send (an
+        # activation's rollback), and the pump's own verdict (close the
+        # transport) must come first.
         self._port.submit(lambda: self.stop(reason, close=False))
 
     def close_transport(self, reason: str) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import queue
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ __all__ = [
     "Crashed",
     "Create",
     "Gone",
+    "PollTimers",
     "Proceed",
     "RegistryStats",
     "Reopen",
@@ -45,7 +45,7 @@ class RegistryStats:
     """A registry's figures, read without an actor round trip.
 
     Gauges (now): ``sessions`` registered (every id ``session_ids()`` lists);
-    ``live`` of them with an actor (a thread), ``parked`` as plain data;
+    ``live`` of them with an actor, ``parked`` as plain data;
     ``attached`` (live with a transport) and ``detached`` (the rest);
     ``bytes_retained`` by every journal, live or parked; ``healthy``: the
     registry-wide crash rate is within ``RestartPolicy.registry_max_restarts``.
@@ -164,7 +164,24 @@ class Adopt:
         return self.call.reply
 
 
-MESSAGES = (Create, Closing, Reopen, Gone, Sweep, Stop, Crashed, Proceed, Wake, Adopt)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PollTimers:
+    """A nudge from the door's timer task: the supervisor's turn fires what is due."""
+
+
+MESSAGES = (
+    Create,
+    Closing,
+    Reopen,
+    Gone,
+    Sweep,
+    Stop,
+    Crashed,
+    Proceed,
+    Wake,
+    Adopt,
+    PollTimers,
+)
 
 
 # -- timers and the inbox that runs them -----------------------------------------
@@ -173,12 +190,14 @@ MESSAGES = (Create, Closing, Reopen, Gone, Sweep, Stop, Crashed, Proceed, Wake, 
 class Timers:
     """Messages the supervisor sends itself later, on the registry's clock.
 
-    Touched only on the supervisor's thread (scheduled by its handlers,
-    fired by its inbox's ``get``), so no lock.
+    Touched only on the registry's loop (scheduled by the supervisor's
+    handlers, fired by its inbox's ``take``, polled by the door's timer
+    task), so no lock.
     """
 
     #: A timer due on a clock that jumps (a fake or shifted clock) is seen
-    #: within this many real seconds even if no message arrives.
+    #: within this many real seconds even if no message arrives: the door's
+    #: timer task looks that often while a timer is pending.
     POLL_S = 0.25
 
     def __init__(self, clock: Callable[[], float]) -> None:
@@ -197,29 +216,28 @@ class Timers:
             return heapq.heappop(self._heap)[2]
         return None
 
+    def due(self) -> bool:
+        return bool(self._heap) and self._heap[0][0] <= self._clock()
+
     def wait_s(self) -> float | None:
-        """How long ``get`` may block (``None``: no timer, block until a message)."""
+        """How long until the next look (``None``: no timer pending)."""
         if not self._heap:
             return None
         return min(max(0.0, self._heap[0][0] - self._clock()), self.POLL_S)
 
 
 class SupervisorInbox(ClosableInbox):
-    """A closable inbox whose ``get`` also fires the supervisor's due timers."""
+    """A closable inbox whose ``take`` also fires the supervisor's due timers."""
 
     def __init__(self, timers: Timers, guarded: tuple[type, ...], refusal: str) -> None:
         super().__init__(guarded, refusal)
         self._timers = timers
 
-    def get(self) -> Any:
-        while True:
-            due = self._timers.pop_due()
-            if due is not None:
-                return Envelope(due)
-            try:
-                return self._queue.get(timeout=self._timers.wait_s())
-            except queue.Empty:
-                continue
+    def take(self) -> Any:
+        due = self._timers.pop_due()
+        if due is not None:
+            return Envelope(due)
+        return super().take()
 
 
 # -- the books ----------------------------------------------------------------------
@@ -231,18 +249,14 @@ class Books:
     """Who is live, what was counted, and the supervisor's own memory.
 
     ``crash_times``, ``registry_crashes`` and ``healthy`` are the supervisor
-    thread's; the rest is guarded by a lock, as sessions and readers of
-    ``stats()`` touch it from their threads.
+    loop's (the supervisor runs there); the rest is guarded by a lock, as
+    readers of ``stats()`` may call from any thread.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         # Every live session actor, by actor urn: the counters stats() reads.
         self._actors: dict[str, SessionActor] = {}
-        # Every session thread that may still run, for join(); threads that
-        # ended are dropped whenever the list doubles (amortized O(1) a create).
-        self._threads: list[threading.Thread] = []
-        self._prune_threads_at = 64
         self._retired = dict.fromkeys(SUMMED, 0)
         self._failed = 0
         self._expired = 0
@@ -261,10 +275,6 @@ class Books:
     def actor_started(self, actor: SessionActor) -> None:
         with self._lock:
             self._actors[actor.actor_urn] = actor
-            self._threads.append(actor.thread)
-            if len(self._threads) >= self._prune_threads_at:
-                self._threads = [t for t in self._threads if t.is_alive()]
-                self._prune_threads_at = 2 * len(self._threads) + 64
 
     def actor_parked(self, actor: SessionActor, parked: ParkedSession) -> None:
         with self._lock:
@@ -327,10 +337,6 @@ class Books:
     def live_actors(self) -> list[SessionActor]:
         with self._lock:
             return list(self._actors.values())
-
-    def threads(self) -> list[threading.Thread]:
-        with self._lock:
-            return list(self._threads)
 
     def stats(self, sessions: int) -> RegistryStats:
         # Counters move from a live actor to the retired totals under this

@@ -14,7 +14,7 @@ waiting task never parks a thread.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -119,9 +119,6 @@ class TrioSessionRegistry(AsyncSessionRegistry):
     def _now(self) -> float:
         return trio.current_time()
 
-    async def _in_thread(self, fn: Callable[[], None]) -> None:
-        await trio.to_thread.run_sync(fn)
-
     async def _ticker(self, interval: float) -> None:
         while True:
             await trio.sleep(interval)
@@ -136,6 +133,7 @@ async def serve_registry(
     """Run ``registry_class`` in a nursery of the current trio run; shut it down at exit."""
     async with trio.open_nursery() as nursery:
         registry = registry_class(options=options, nursery=nursery)
+        nursery.start_soon(registry._run_timers, name="duplex-timers")
         if options.sweep_interval_s is not None:
             nursery.start_soon(registry._ticker, options.sweep_interval_s)
         try:
@@ -158,7 +156,7 @@ async def open_session_registry(**options: Any) -> AsyncIterator[TrioSessionRegi
     queued ``send_event_nowait`` calls and outboxes drain for up to
     ``drain_timeout_s``, then every session stops (waiting calls get
     `RegistryClosedError`; no transport's ``close`` is
-    called) and every actor thread is joined.
+    called) and the supervisor stops.
 
     Yields:
         TrioSessionRegistry: the registry; ``send`` and ``close`` of its

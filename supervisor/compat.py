@@ -16,7 +16,6 @@ to the loop of its first call; using it from another loop is an error.
 from __future__ import annotations
 
 import asyncio
-import threading
 import weakref
 from collections.abc import Callable
 
@@ -32,9 +31,6 @@ from actors._messages import (
 from actors._ports import NO_WAITER
 from supervisor._actor import RegistryStats, SessionSystem
 from supervisor._asyncio_registry import AsyncioSessionRegistry
-
-#: How long the finalizer's thread waits for the sessions, then for the threads.
-_FINALIZER_WAIT_S = 10.0
 
 __all__ = [
     "DuplexDetachedAttachment",
@@ -61,39 +57,14 @@ DuplexSessionResumeResult = ResumeResult
 DuplexTransportAttachment = TransportAttachment
 
 
-class _Stopped:
-    """The reply of the finalizer's shutdown: any answer means it is done."""
-
-    def __init__(self) -> None:
-        self.event = threading.Event()
-
-    def resolve(self, value: object) -> None:
-        self.event.set()
-
-    def fail(self, error: BaseException) -> None:
-        self.event.set()
-
-
-def _stop_and_join(system: SessionSystem) -> None:
-    stopped = _Stopped()
-    system.shutdown(stopped)
-    stopped.event.wait(_FINALIZER_WAIT_S)
-    system.join(_FINALIZER_WAIT_S)
-
-
 def _stop_quietly(system: SessionSystem) -> None:
-    """The finalizer: stop every actor, the supervisor too, on a thread of its own.
+    """The finalizer: tell every actor to stop, waiting for nothing.
 
-    A finalizer may run on any thread, an actor's included, so it waits for
-    nothing itself. At interpreter exit, when no thread may start, it only
-    tells the sessions to stop (their threads are daemons).
+    A finalizer may run on any thread; the actors run on the registry's loop
+    (no thread of theirs keeps the interpreter alive), so a stop is only a
+    message, dropped if that loop has ended.
     """
-    try:
-        threading.Thread(
-            target=_stop_and_join, args=(system,), name="duplex-finalizer", daemon=True
-        ).start()
-    except RuntimeError:
-        system.shutdown(NO_WAITER)
+    system.shutdown(NO_WAITER)
 
 
 class DuplexSessionAttachmentRegistry(AsyncioSessionRegistry):
@@ -135,7 +106,6 @@ class DuplexSessionAttachmentRegistry(AsyncioSessionRegistry):
                 clock=clock,
                 send_timeout_s=None,
                 strict=False,
-                daemon_threads=True,
             )
             self._bound = True
             weakref.finalize(self, _stop_quietly, self._system)

@@ -254,9 +254,9 @@ class RedisStore:
 
     ``url`` is a redis-py URL (``redis://host:port/db``); it may hold a
     password, so errors name only the host and port. At most
-    ``max_connections`` connections, shared by the process's session threads
-    (a write borrows one for its round trip; more at once wait, up to
-    ``timeout_s``).
+    ``max_connections`` connections, shared by every thread of the process
+    that calls it (a registry's sessions call it from their loop; a write
+    borrows one for its round trip; more at once wait, up to ``timeout_s``).
     """
 
     def __init__(
@@ -273,8 +273,9 @@ class RedisStore:
             raise ValueError("lease_s must be positive and key_ttl_s at least lease_s")
         if max_connections < 1:
             raise ValueError("max_connections must be >= 1")
-        # Blocking: each session's actor thread borrows a connection per write;
-        # past max_connections a thread waits its turn (up to timeout_s)
+        # Blocking: each caller (a registry's loop, the gateway's worker
+        # threads) borrows a connection per write; past max_connections a
+        # thread waits its turn (up to timeout_s)
         # instead of failing, as redis-py's default pool (100) would.
         pool = redis.BlockingConnectionPool.from_url(
             url,

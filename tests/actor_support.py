@@ -148,11 +148,7 @@ def activation(token: object, generation: int) -> dict[str, object]:
 def settle(reg: ThreadSessionRegistry, session_id: str) -> None:
     """Wait until a session that left is out of the supervisor's books.
 
-    Its thread tells the supervisor before it ends; a close of an unknown id
-    is a supervisor round trip behind that message.
+    It tells the supervisor as it leaves; a close of an unknown id is a
+    supervisor round trip behind that message.
     """
-    for thread in threading.enumerate():
-        if thread.name == f"duplex-session:{session_id}":
-            thread.join(WAIT)
-            assert not thread.is_alive()
     assert reg.close("\x00barrier") is None

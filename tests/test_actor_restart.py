@@ -44,6 +44,9 @@ class Ctx:
     wire2: Wire = field(default_factory=Wire)
     accepted: list[str] = field(default_factory=list)
     new_token: str | None = None
+    #: A resume whose activation's outcome is the crashing command: it runs
+    #: on the registry's loop, which the gate holds, so it is not waited on.
+    resuming: Background | None = None
 
 
 def _failing_send(frame: dict[str, object]) -> None:
@@ -89,27 +92,18 @@ def _start(ctx: Ctx, failpoint: str) -> Background | None:
                 activation_payload_factory=activation,
             )
         )
-    if failpoint == "activation_outcome.enter":
-        result = reg.resume(
-            s,
-            resume_token=ctx.token,
-            last_received_server_event_seq=2,
-            send=ctx.wire2.send_blocking,
-            close=ctx.wire2.close_blocking,
-            activation_payload_factory=activation,
-        )
-        ctx.new_token = result.resume_token.plaintext
-        return None
-    if failpoint == "activation_outcome.rolled_back":
-        with pytest.raises(ConnectionError):
-            reg.resume(
+    if failpoint.startswith("activation_outcome."):
+        send = ctx.wire2.send_blocking if failpoint.endswith(".enter") else _failing_send
+        ctx.resuming = Background(
+            lambda: reg.resume(
                 s,
                 resume_token=ctx.token,
                 last_received_server_event_seq=2,
-                send=_failing_send,
+                send=send,
                 close=ctx.wire2.close_blocking,
                 activation_payload_factory=activation,
             )
+        )
         return None
     if failpoint.startswith("abort_resume."):
         # A resume whose caller was cancelled before it saw the result: the
@@ -252,6 +246,11 @@ def test_crash_once_at_every_failpoint(failpoint: str) -> None:
                 reg.send_event_nowait("s", {"n": f"q{i}"})
         plan.release.set()
 
+        if ctx.resuming is not None:
+            if failpoint.endswith(".enter"):
+                ctx.new_token = ctx.resuming.result().resume_token.plaintext
+            else:
+                assert isinstance(ctx.resuming.error(), ConnectionError)
         if call is not None:
             _check_crashed_call(failpoint, call)
 

@@ -372,7 +372,7 @@ def test_fault_plan_fails_the_close_of_a_given_up_transport(close_fails: bool) -
     run(scenario)
 
 
-def test_leaving_the_context_leaves_no_duplex_thread() -> None:
+def test_the_asyncio_door_starts_no_thread_and_refuses_calls_after_exit() -> None:
     async def scenario() -> None:
         before = set(duplex_threads())
         async with door(drain_timeout_s=0.1) as reg:
@@ -383,11 +383,8 @@ def test_leaving_the_context_leaves_no_duplex_thread() -> None:
             wires["c"].hold(2)
             stuck = asyncio.create_task(reg.send_event("c", {"n": 2}))
             await spin()
-            ours = [t for t in duplex_threads() if t not in before]
-            names = sorted(t.name for t in ours)
-            assert names[:-1] == ["duplex-session:a", "duplex-session:b", "duplex-session:c"]
-            assert names[-1].startswith("duplex-supervisor:")
-        assert [t.name for t in ours if t.is_alive()] == []
+            # The sessions and their supervisor run on this loop: no thread.
+            assert [t for t in duplex_threads() if t not in before] == []
         assert [t for t in duplex_threads() if t not in before] == []
         await asyncio.wait({stuck}, timeout=5)
         assert stuck.done()

@@ -52,7 +52,7 @@ def test_a_repeatedly_cancelled_exit_still_stops_every_actor() -> None:
         finally:
             # Should the door have left them running, do not hang the test run.
             box[0].system.shutdown(NO_WAITER)
-            await asyncio.get_running_loop().run_in_executor(None, box[0].system.join, 5.0)
+            box[0].system.join()
 
     run(scenario)
 

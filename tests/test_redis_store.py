@@ -320,8 +320,9 @@ def test_a_load_without_events_reads_the_fields_only(store: SessionStore) -> Non
 
 
 def test_many_sessions_writing_at_once_all_get_through(redis_server: RedisServer) -> None:
-    # One actor thread per session writes through one RedisStore: more threads
-    # at once than redis-py's default pool holds (100) must wait, not fail.
+    # Many threads (registries' loops, the gateway's workers) write through
+    # one RedisStore: more at once than redis-py's default pool holds (100)
+    # must wait, not fail.
     store = RedisStore(redis_server.url)
     threads_n, commits = 160, 10
     barrier = threading.Barrier(threads_n)

@@ -346,7 +346,7 @@ def test_a_parked_session_expired_by_the_grace_leaves_the_store() -> None:
     with registry(store, clock=clock, passivate_after_s=0, disconnect_grace_s=5) as door:
         door.create("s", send=Transport().send, close=Transport().close)
         door.detach("s")
-        door.sweep()  # proposes parking; the session parks on its own thread, after
+        door.sweep()  # proposes parking; the session parks in its own turn, after
         waited = threading.Event()
         for _ in range(int(WAIT / 0.01)):
             if door.stats().parked == 1:

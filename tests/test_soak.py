@@ -15,16 +15,16 @@ session, well inside the restart budget) and a send is delayed.
 
 Checked: nothing lost, repeated or refused (lost = duplicated = errors = 0),
 every input answered once, every crash restarted, every session closed at
-the end and every session thread gone. Flatness: RSS and thread count are
+the end and no thread left over. Flatness: RSS and thread count are
 sampled every second; after the warm-up (the first 20% of the run) and until
 the last rounds start closing (the final 2 s), their spread (max - min) must
 stay under ``RSS_SPREAD_BOUND`` and ``THREAD_SPREAD_BOUND``. Measured on a
 2-core machine, four runs of 100 s (about 344 sessions, 66,000 events, 1,460
 cuts and resumes, 80 crashes each): RSS spread 0.46-0.57 MiB around 52 MiB,
-thread spread 0-1 (one session thread per lane plus the supervisor's; a
-closing session's thread may briefly overlap its successor). The bounds, 4 MiB
+thread spread 0-1 (then one session thread per lane plus the supervisor's;
+since step 13 sessions run on the gateway's loop and start no thread). The bounds, 4 MiB
 and 4 threads, leave a wide margin for a noisier machine, yet a leak of ~100
-bytes per event, or of one thread per session, breaks them; and at the end
+bytes per event, or of a thread per session, breaks them; and at the end
 the thread count must come back to what it was before the first client.
 """
 

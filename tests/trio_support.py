@@ -90,13 +90,9 @@ async def settled(reg: TrioSessionRegistry, session_id: str) -> None:
 async def gone(reg: TrioSessionRegistry, session_id: str) -> None:
     """Return once a session that left is out of the supervisor's routing table.
 
-    Its thread tells the supervisor before it ends; closing an unknown id is
-    a supervisor round trip behind that message.
+    It tells the supervisor as it leaves; closing an unknown id is a
+    supervisor round trip behind that message.
     """
-    for thread in threading.enumerate():
-        if thread.name == f"duplex-session:{session_id}":
-            await trio.to_thread.run_sync(thread.join, LIMIT)
-            assert not thread.is_alive()
     assert await reg.close("\x00barrier") is None
 
 

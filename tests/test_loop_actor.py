@@ -1,0 +1,279 @@
+"""The loop runtime: actors run in turns on their registry's loop, serially.
+
+A session's transition never runs on two threads, nor twice at once, however
+its callers reach it (loop tasks, plain threads, the thread door); a message
+from the loop to an idle actor is handled inline; one sent from inside a turn
+is scheduled, never nested; a blocking ``get`` on the loop of an answer not
+there yet raises instead of hanging; a busy actor yields the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pykka
+import trio
+
+from actors._loop_actor import THROUGHPUT, LoopActor, enter_loop_thread, leave_loop_thread
+from actors._mailbox import ClosableInbox
+from actors._messages import SendEvent
+from supervisor import ThreadSessionRegistry, open_asyncio_registry, open_session_registry
+from supervisor._faults import FaultPlan
+from supervisor._outbox import CoalescingPort
+from supervisor.testing import Wire
+from tests.helpers import ThreadReply
+
+LIMIT = 30.0
+TASKS = 8
+THREADS = 4
+EACH = 40
+
+
+class _Watch(FaultPlan):
+    """Records, per transition, the thread it ran on and whether another was running."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._watch_lock = threading.Lock()
+        self.inside = False
+        self.threads: set[int] = set()
+        self.overlaps = 0
+        self.transitions = 0
+
+    def hit(self, name: str, session_id: str) -> None:
+        if name == "send_event.enter":
+            with self._watch_lock:
+                self.overlaps += self.inside
+                self.inside = True
+                self.threads.add(threading.get_ident())
+                self.transitions += 1
+            time.sleep(0)  # let any other thread in, were it allowed
+        elif name == "send_event.effects":
+            with self._watch_lock:
+                self.inside = False
+        super().hit(name, session_id)
+
+
+def _options(watch: _Watch) -> dict[str, Any]:
+    return {"replay_ttl_s": 60, "replay_max_bytes_per_session": 1 << 24, "faults": watch}
+
+
+def _assert_serial_on_one_thread(watch: _Watch, errors: list[BaseException]) -> None:
+    assert errors == []
+    assert watch.overlaps == 0
+    assert len(watch.threads) == 1
+
+
+def _hammer_from_threads(system: Any, errors: list[BaseException]) -> list[threading.Thread]:
+    def run() -> None:
+        try:
+            for n in range(EACH):
+                reply = ThreadReply()
+                system.call("s", SendEvent(payload={"n": n}), reply)
+                reply.wait(LIMIT)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(THREADS)]
+    for thread in threads:
+        thread.start()
+    return threads
+
+
+async def test_trio_a_sessions_transitions_run_one_at_a_time_on_the_loop_thread() -> None:
+    watch, errors = _Watch(), list[BaseException]()
+    with trio.fail_after(LIMIT):
+        async with open_session_registry(**_options(watch)) as reg:
+            wire = Wire()
+            await reg.create("s", send=wire.send, close=wire.close)
+            threads = _hammer_from_threads(reg.system, errors)
+
+            async def task() -> None:
+                for n in range(EACH):
+                    await reg.send_event("s", {"n": n})
+                    reg.send_event_nowait("s", {"n": n})
+
+            async with trio.open_nursery() as nursery:
+                for _ in range(TASKS):
+                    nursery.start_soon(task)
+            for thread in threads:
+                await trio.to_thread.run_sync(thread.join)
+            await reg.has_attachment("s")
+            stats = reg.stats()
+    _assert_serial_on_one_thread(watch, errors)
+    total = THREADS * EACH + 2 * TASKS * EACH
+    assert stats.events_journaled == total
+    assert watch.threads == {threading.get_ident()}  # the loop's own thread only
+    assert watch.transitions >= total - TASKS * EACH  # nowait bursts may batch
+
+
+def test_asyncio_a_sessions_transitions_run_one_at_a_time_on_the_loop_thread() -> None:
+    watch, errors = _Watch(), list[BaseException]()
+
+    async def scenario() -> None:
+        async with open_asyncio_registry(**_options(watch)) as reg:
+            wire = Wire()
+            await reg.create("s", send=wire.send, close=wire.close)
+            threads = _hammer_from_threads(reg.system, errors)
+
+            async def task() -> None:
+                for n in range(EACH):
+                    await reg.send_event("s", {"n": n})
+
+            await asyncio.gather(*(task() for _ in range(TASKS)))
+            loop = asyncio.get_running_loop()
+            for thread in threads:
+                await loop.run_in_executor(None, thread.join)
+            assert reg.stats().events_journaled == THREADS * EACH + TASKS * EACH
+
+    asyncio.run(asyncio.wait_for(scenario(), LIMIT))
+    _assert_serial_on_one_thread(watch, errors)
+    assert watch.transitions == THREADS * EACH + TASKS * EACH
+
+
+def test_thread_door_engine_threads_all_cross_onto_the_one_loop_thread() -> None:
+    watch, errors = _Watch(), list[BaseException]()
+    with ThreadSessionRegistry(timeout=LIMIT, **_options(watch)) as reg:
+        wire = Wire()
+        reg.create("s", send=wire.send_blocking, close=wire.close_blocking)
+
+        def engine() -> None:
+            try:
+                for n in range(EACH):
+                    reg.send_event("s", {"n": n})
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=engine) for _ in range(THREADS)]
+        for thread in threads:
+            thread.start()
+        threads += _hammer_from_threads(reg.system, errors)
+        for thread in threads:
+            thread.join(LIMIT)
+        assert reg.stats().events_journaled == 2 * THREADS * EACH
+    _assert_serial_on_one_thread(watch, errors)
+    assert threading.get_ident() not in watch.threads
+
+
+# -- the actor type itself --------------------------------------------------------------
+
+
+class _Recorder(LoopActor):
+    """Records what it handled, and whether a turn ran inside another."""
+
+    depth = 0
+
+    def __init__(self, port: CoalescingPort, log: list[Any]) -> None:
+        self.actor_loop = port
+        super().__init__()
+        self.log = log
+        self.nested = 0
+        self.peer: pykka.ActorRef[_Recorder] | None = None
+
+    def _create_actor_inbox(self) -> Any:  # type: ignore[override]
+        return ClosableInbox((), "closed")
+
+    def on_receive(self, message: Any) -> Any:
+        _Recorder.depth += 1
+        try:
+            self.nested += _Recorder.depth > 1
+            self.log.append((self.actor_urn, message))
+            if message == "forward" and self.peer is not None:
+                self.peer.tell("forwarded")
+                self.log.append((self.actor_urn, "told"))
+            if message == "ask the peer" and self.peer is not None:
+                try:
+                    return self.peer.ask("asked")
+                except RuntimeError as exc:
+                    return "refused: would wait forever" if "wait forever" in str(exc) else exc
+            return message
+        finally:
+            _Recorder.depth -= 1
+
+
+async def _port() -> CoalescingPort:
+    return CoalescingPort(trio.lowlevel.current_trio_token().run_sync_soon)
+
+
+async def _pair(log: list[Any]) -> tuple[pykka.ActorRef[_Recorder], pykka.ActorRef[_Recorder]]:
+    """Two recorders on this loop, the first one's peer the second."""
+    port = await _port()
+    first, second = _Recorder.start(port, log), _Recorder.start(port, log)
+    first.proxy().peer = second
+    return first, second
+
+
+async def _handled(log: list[Any], count: int) -> list[Any]:
+    """The messages handled, once there are ``count`` entries."""
+    with trio.fail_after(LIMIT):
+        while len(log) < count:
+            await trio.sleep(0)
+    return [m for _, m in log]
+
+
+async def test_an_ask_from_the_loop_to_an_idle_actor_is_answered_inline() -> None:
+    port, log = await _port(), list[Any]()
+    ref = _Recorder.start(port, log)
+    try:
+        future = ref.ask("hello", block=False)
+        # No checkpoint since: it ran in this task's own stack.
+        assert log == [(ref.actor_urn, "hello")]
+        assert future.get() == "hello"
+    finally:
+        ref.stop(block=False)
+
+
+async def test_a_message_sent_from_inside_a_turn_is_scheduled_not_nested() -> None:
+    log = list[Any]()
+    first, second = await _pair(log)
+    await trio.testing.wait_all_tasks_blocked()
+    first.tell("forward")
+    # The peer's message waits for the loop: the forward turn ended first.
+    assert [m for _, m in log] == ["forward", "told"]
+    assert await _handled(log, 3) == ["forward", "told", "forwarded"]
+    assert first.proxy().nested.get() == 0
+    assert second.proxy().nested.get() == 0
+    first.stop(block=False)
+    second.stop(block=False)
+
+
+async def test_a_blocking_get_on_the_loop_of_an_answer_not_there_raises() -> None:
+    log = list[Any]()
+    asker, peer = await _pair(log)
+    # Inside the asker's turn, the peer's answer needs a later turn of the
+    # same loop: a blocking get() there raises instead of hanging.
+    assert asker.ask("ask the peer") == "refused: would wait forever"
+    assert await _handled(log, 2) == ["ask the peer", "asked"]
+    # From a plain thread a blocking ask waits for the loop, as with pykka's threads.
+    assert await trio.to_thread.run_sync(lambda: peer.ask("from a thread")) == "from a thread"
+    enter_loop_thread()
+    try:
+        future = await trio.to_thread.run_sync(lambda: peer.ask("x", block=False))
+        assert future.get() == "x"  # answered by the time this task runs again
+    finally:
+        leave_loop_thread(threading.get_ident())
+    asker.stop(block=False)
+    peer.stop(block=False)
+
+
+async def test_a_busy_actor_yields_the_loop_after_its_throughput() -> None:
+    port, log = await _port(), list[Any]()
+    busy = _Recorder.start(port, log)
+    other = _Recorder.start(port, log)
+
+    def flood() -> None:
+        # From another thread: both are scheduled, neither runs inline.
+        for n in range(3 * THROUGHPUT):
+            busy.tell(n)
+        other.tell("other")
+
+    await trio.to_thread.run_sync(flood)
+    handled = await _handled(log, 3 * THROUGHPUT + 1)
+    # The other actor got its turn before the busy one's third.
+    assert handled.index("other") <= 2 * THROUGHPUT
+    assert [m for m in handled if m != "other"] == list(range(3 * THROUGHPUT))
+    busy.stop(block=False)
+    other.stop(block=False)
