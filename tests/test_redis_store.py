@@ -7,6 +7,7 @@ out, key expiry, Redis restarted from its AOF, Redis unreachable.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -414,3 +415,25 @@ def test_renewals_of_more_sessions_than_one_pipeline_holds(redis_server: RedisSe
         assert store.renew_many(leases) == [n % 2 == 1 for n in range(count)]
     finally:
         store.close()
+
+
+def test_an_unreachable_redis_is_one_warning_per_interval_not_one_per_call(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = RedisStore(f"redis://127.0.0.1:{free_port()}/0", timeout_s=0.2)
+    caplog.set_level(logging.WARNING, logger="duplex_supervisor")
+    threads = [
+        threading.Thread(target=lambda: [_refused(store) for _ in range(25)]) for _ in range(4)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    store.close()
+    lines = [r for r in caplog.records if "unavailable" in r.getMessage()]
+    assert len(lines) == 1  # 100 failed calls from 4 threads, one line
+
+
+def _refused(store: RedisStore) -> None:
+    with pytest.raises(StoreUnavailableError):
+        store.renew("s", 1)
