@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 
-__all__ = ["LogLimiter"]
+__all__ = ["LogLimiter", "ThirdPartyLogLimit"]
 
 
 @dataclass(slots=True)
@@ -71,3 +72,41 @@ class LogLimiter:
                     self._lines[kind] = _Line(last_logged=now, level=line.level)
                 elif now - line.last_logged >= self.interval_s:
                     del self._lines[kind]
+
+
+class ThirdPartyLogLimit(logging.Filter):
+    """A handler's filter: the lines of other libraries' loggers (uvicorn's, Hypercorn's,
+    asyncio's), which a client can cause too ("Invalid HTTP request received",
+    an accept error), at most once per message per ``interval_s``.
+
+    Ours (``duplex_supervisor.*``) pass untouched: they are limited where they
+    are logged. The count of lines held back goes into the next one let through.
+    """
+
+    def __init__(self, interval_s: float, ours: str = "duplex_supervisor") -> None:
+        super().__init__()
+        self._interval_s = interval_s
+        self._ours = ours
+        self._lines: dict[tuple[str, str], _Line] = {}
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name == self._ours or record.name.startswith(self._ours + "."):
+            return True
+        key = (record.name, str(record.msg))
+        now = time.monotonic()
+        with self._lock:
+            line = self._lines.get(key)
+            if line is not None and now - line.last_logged < self._interval_s:
+                line.suppressed += 1
+                return False
+            if len(self._lines) > 1000:
+                self._lines.clear()  # bounded: many distinct messages restart the count
+            self._lines[key] = _Line(last_logged=now, level=record.levelno)
+        if line is not None and line.suppressed:
+            record.msg = (
+                f"{record.getMessage()} (and {line.suppressed} more like it in the last "
+                f"{self._interval_s:.0f} s, not logged)"
+            )
+            record.args = None
+        return True

@@ -422,9 +422,7 @@ def test_an_unreachable_redis_is_one_warning_per_interval_not_one_per_call(
 ) -> None:
     store = RedisStore(f"redis://127.0.0.1:{free_port()}/0", timeout_s=0.2)
     caplog.set_level(logging.WARNING, logger="duplex_supervisor")
-    threads = [
-        threading.Thread(target=lambda: [_refused(store) for _ in range(25)]) for _ in range(4)
-    ]
+    threads = [threading.Thread(target=_refused, args=(store, 25)) for _ in range(4)]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -434,6 +432,7 @@ def test_an_unreachable_redis_is_one_warning_per_interval_not_one_per_call(
     assert len(lines) == 1  # 100 failed calls from 4 threads, one line
 
 
-def _refused(store: RedisStore) -> None:
-    with pytest.raises(StoreUnavailableError):
-        store.renew("s", 1)
+def _refused(store: RedisStore, times: int) -> None:
+    for _ in range(times):
+        with pytest.raises(StoreUnavailableError):
+            store.renew("s", 1)
