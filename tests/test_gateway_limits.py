@@ -8,8 +8,8 @@ import logging
 import pytest
 import trio
 
-from supervisor._log_limit import ThirdPartyLogLimit
-from supervisor.gateway._limits import AddressCounter, FailureThrottle, InputRate, LogLimiter
+from supervisor._log_limit import LogLimiter, ThirdPartyLogLimit
+from supervisor.gateway._limits import AddressCounter, FailureThrottle, InputRate
 from supervisor.gateway._server import GatewayConfig
 from tests.gateway_support import LIMIT, read_until_closed, running_gateway
 

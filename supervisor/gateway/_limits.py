@@ -1,4 +1,4 @@
-"""The gateway's bookkeeping for its limits: counts, throttles, rates, log lines.
+"""The gateway's bookkeeping for its limits: counts, throttles, rates.
 
 Plain data on the trio loop (one thread), fed the loop's clock by the caller,
 so each is testable with plain calls and made-up times.
@@ -9,9 +9,7 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 
-from supervisor._log_limit import LogLimiter
-
-__all__ = ["AddressCounter", "FailureThrottle", "InputRate", "LogLimiter"]
+__all__ = ["AddressCounter", "FailureThrottle", "InputRate"]
 
 
 class FailureThrottle:

@@ -33,6 +33,7 @@ from actors._errors import (
 )
 from actors._messages import LifecycleEvent
 from supervisor._async_door import AsyncSessionRegistry
+from supervisor._log_limit import LogLimiter
 from supervisor.gateway._admission import Admission
 from supervisor.gateway._auth import Authenticate, Handshake, Unauthorized
 from supervisor.gateway._config import GatewayConfig, GatewayCounters
@@ -53,7 +54,6 @@ from supervisor.gateway._core import (
     TransportClosedError,
 )
 from supervisor.gateway._engine import Engine
-from supervisor.gateway._limits import LogLimiter
 from supervisor.gateway._operations import GatewayMetrics
 from supervisor.gateway._protocol import (
     CLOSE_CODES,
