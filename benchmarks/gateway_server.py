@@ -50,11 +50,11 @@ import trio
 
 from benchmarks.references import LockRegistry
 from supervisor._cli import _registry_options
+from supervisor._log_limit import LogLimiter
 from supervisor.gateway._auth import Handshake
 from supervisor.gateway._config import GatewayConfig, GatewayCounters
 from supervisor.gateway._core import TransportClosedError
 from supervisor.gateway._engine import EngineSession, SessionEnded
-from supervisor.gateway._limits import LogLimiter
 from supervisor.gateway._listener import accept_forever
 from supervisor.gateway._protocol import frame_text
 from supervisor.gateway._server import Gateway, serve_gateway

@@ -54,10 +54,15 @@ from actors._messages import (
     TransportAttachment,
 )
 from actors._ports import NoWaiter
-from actors._state import check_session_id
 from supervisor._actor import RegistryStats, SessionSystem
 from supervisor._options import RegistryOptions
 from supervisor._outbox import CoalescingPort, OutboxCore
+from supervisor._validate import (
+    check_generation,
+    check_session_id,
+    check_transport,
+    check_unjournaled,
+)
 
 __all__ = ["AsyncSessionRegistry", "LoopReply"]
 
@@ -213,6 +218,10 @@ class AsyncSessionRegistry:
     the exceptions: cancelled, they are undone (a ``resume`` only before its
     commit point; see each).
     """
+
+    #: Whether transports' ``send``/``close`` are async functions (the thread
+    #: door's hosted registry runs blocking ones on worker threads).
+    _async_transports = True
 
     def __init__(self, *, options: RegistryOptions, port: CoalescingPort) -> None:
         self._options = options
@@ -454,6 +463,10 @@ class AsyncSessionRegistry:
         session is closed again (nobody saw its token).
         """
         check_session_id(session_id, strict=self._strict)
+        check_transport(send, close, asynchronous=self._async_transports, strict=self._strict)
+        check_generation(
+            lease_generation, what="lease_generation", optional=False, strict=self._strict
+        )
         self._check_open()
         outbox = self._start_outbox(session_id, send, close)
         reply = self._new_reply()
@@ -528,6 +541,8 @@ class AsyncSessionRegistry:
         Cancellation: once sent to the session the event is journaled, and
         its frame may still reach the client after the caller was cancelled.
         """
+        check_session_id(session_id, strict=self._strict)
+        check_unjournaled(payload, journal=journal, strict=self._strict)
         command = SendEvent(payload=payload, journal=journal, on_accepted=on_accepted)
         entry: JournalEntry | None = await self._ask(session_id, command)
         return entry
@@ -551,6 +566,8 @@ class AsyncSessionRegistry:
                 the session has ``max_pending_per_session`` calls in flight.
             RegistryClosedError: the registry is shut down.
         """
+        check_session_id(session_id, strict=self._strict)
+        check_unjournaled(payload, journal=journal, strict=self._strict)
         self._check_open()
         if not self._system.knows(session_id):
             raise UnknownSessionError(session_id)
@@ -593,6 +610,9 @@ class AsyncSessionRegistry:
 
         Cancellation: as ``send_event``.
         """
+        check_session_id(session_id, strict=self._strict)
+        for payload in payloads:
+            check_unjournaled(payload, journal=journal, strict=self._strict)
         command = SendEvents(payloads=tuple(payloads), journal=journal)
         entries: tuple[JournalEntry | None, ...] = await self._ask(session_id, command)
         return entries
@@ -608,6 +628,7 @@ class AsyncSessionRegistry:
             InvalidSequenceError: negative, newer than the journal's head, or
                 not an int.
         """
+        check_session_id(session_id, strict=self._strict)
         removed: int = await self._ask(session_id, Acknowledge(sequence=sequence))
         return removed
 
@@ -640,6 +661,10 @@ class AsyncSessionRegistry:
             and engine lease generation; ``None`` where ``detach`` answers
             ``False``. Fence the engine's own detach on that lease.
         """
+        check_session_id(session_id, strict=self._strict)
+        check_generation(
+            attachment_generation, what="attachment_generation", optional=True, strict=self._strict
+        )
         command = ReleaseAttachment(attachment_generation=attachment_generation)
         released: DetachedAttachment | None = await self._ask(session_id, command)
         return released
@@ -655,6 +680,7 @@ class AsyncSessionRegistry:
         Raises:
             UnknownSessionError: no such session.
         """
+        check_session_id(session_id, strict=self._strict)
         await self._ask(session_id, BeginResume())
 
     async def end_resume(self, session_id: str) -> int | None:
@@ -666,6 +692,7 @@ class AsyncSessionRegistry:
             attached to take it over); ``None`` when nothing is owed or the
             session is unknown.
         """
+        check_session_id(session_id, strict=self._strict)
         owed: int | None = await self._ask(session_id, EndResume())
         return owed
 
@@ -683,6 +710,10 @@ class AsyncSessionRegistry:
             int | None: the generation nobody owns, or ``None`` (owned, or
             the session is unknown).
         """
+        check_session_id(session_id, strict=self._strict)
+        check_generation(
+            lease_generation, what="lease_generation", optional=False, strict=self._strict
+        )
         command = SettleLeaseGeneration(lease_generation=lease_generation)
         owed: int | None = await self._ask(session_id, command)
         return owed
@@ -694,10 +725,15 @@ class AsyncSessionRegistry:
         own, and must know whether rolling the lease back would roll back
         somebody else's live attachment.
         """
+        check_session_id(session_id, strict=self._strict)
         return bool(await self._ask(session_id, HasAttachment()))
 
     async def is_current_attachment(self, session_id: str, attachment_generation: int) -> bool:
         """Whether ``attachment_generation`` is attached now (``False`` if unknown)."""
+        check_session_id(session_id, strict=self._strict)
+        check_generation(
+            attachment_generation, what="attachment_generation", optional=False, strict=self._strict
+        )
         command = IsCurrentAttachment(attachment_generation=attachment_generation)
         return bool(await self._ask(session_id, command))
 
@@ -717,6 +753,7 @@ class AsyncSessionRegistry:
                 acknowledged, or overflow; see its attributes).
             InvalidSequenceError: a bad sequence.
         """
+        check_session_id(session_id, strict=self._strict)
         command = AuthenticateResume(
             resume_token=resume_token,
             last_received_server_event_seq=last_received_server_event_seq,
@@ -775,6 +812,11 @@ class AsyncSessionRegistry:
         result reached this caller. A resume queued behind another's
         activation waits for that outcome.
         """
+        check_session_id(session_id, strict=self._strict)
+        check_transport(send, close, asynchronous=self._async_transports, strict=self._strict)
+        check_generation(
+            lease_generation, what="lease_generation", optional=True, strict=self._strict
+        )
         self._check_open()
         self._flush(session_id)
         command = Resume(
@@ -832,6 +874,10 @@ class AsyncSessionRegistry:
         Raises:
             UnknownSessionError: no such session.
         """
+        check_session_id(session_id, strict=self._strict)
+        check_generation(
+            attachment_generation, what="attachment_generation", optional=False, strict=self._strict
+        )
         command = AbortResume(attachment_generation=attachment_generation)
         return bool(await self._ask(session_id, command))
 
@@ -846,6 +892,7 @@ class AsyncSessionRegistry:
             TransportAttachment | None: the attachment it had, or ``None``
             (detached, or unknown).
         """
+        check_session_id(session_id, strict=self._strict)
         self._check_open()
         self._flush(session_id)
         reply = self._new_reply()

@@ -391,6 +391,7 @@ def _logging(args: argparse.Namespace) -> None:
         third_party_level=getattr(
             logging, getattr(args, "third_party_log_level", "warning").upper()
         ),
+        interval_s=getattr(args, "log_interval", 10.0),
     )
 
 

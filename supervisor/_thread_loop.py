@@ -76,6 +76,8 @@ class ThreadReply(LoopReply):
 class HostedTrioRegistry(TrioSessionRegistry):
     """The trio door on the thread door's loop: blocking transports run on threads."""
 
+    _async_transports = False
+
     def __init__(self, *, options: RegistryOptions, nursery: trio.Nursery) -> None:
         super().__init__(options=options, nursery=nursery)
         # Unbounded: a hung send holds its thread, and must not hold up the
@@ -106,15 +108,16 @@ class HostedTrioRegistry(TrioSessionRegistry):
         """
         try:
             self._check_open()
-        except RegistryClosedError as exc:
+            self._flush(session_id)
+            if not self._has_room(session_id):
+                reply.scope = trio.CancelScope()
+                self._nursery.start_soon(
+                    self._ask_when_room, session_id, command, reply, reply.scope
+                )
+                return
+            self._call_in_room(session_id, command, reply)
+        except Exception as exc:  # noqa: BLE001 - refused: the blocked caller must hear it
             reply.fail(exc)
-            return
-        self._flush(session_id)
-        if not self._has_room(session_id):
-            reply.scope = trio.CancelScope()
-            self._nursery.start_soon(self._ask_when_room, session_id, command, reply, reply.scope)
-            return
-        self._call_in_room(session_id, command, reply)
 
     async def _ask_when_room(
         self, session_id: str, command: Command, reply: ThreadReply, scope: trio.CancelScope

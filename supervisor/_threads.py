@@ -42,6 +42,7 @@ from supervisor._async_door import AsyncSessionRegistry
 from supervisor._options import RegistryOptions
 from supervisor._thread_loop import HostedTrioRegistry, ThreadReply
 from supervisor._trio_registry import serve_registry
+from supervisor._validate import check_session_id, check_unjournaled
 
 __all__ = ["BlockingClose", "BlockingSend", "ThreadSessionRegistry"]
 
@@ -250,6 +251,8 @@ class ThreadSessionRegistry:
         """Blocking `AsyncSessionRegistry.send_event`: the same parameters,
         result and errors; it waits at most the registry's ``timeout``
         (``TimeoutError``; the event stays journaled, as on the async door)."""
+        check_session_id(session_id, strict=self._options.strict)
+        check_unjournaled(payload, journal=journal, strict=self._options.strict)
         command = SendEvent(payload=payload, journal=journal, on_accepted=on_accepted)
         entry: JournalEntry | None = self._ask(session_id, command)
         return entry
@@ -262,12 +265,16 @@ class ThreadSessionRegistry:
         journal: bool = True,
     ) -> tuple[JournalEntry | None, ...]:
         """Blocking `AsyncSessionRegistry.send_events`, as ``send_event``."""
+        check_session_id(session_id, strict=self._options.strict)
+        for payload in payloads:
+            check_unjournaled(payload, journal=journal, strict=self._options.strict)
         command = SendEvents(payloads=tuple(payloads), journal=journal)
         entries: tuple[JournalEntry | None, ...] = self._ask(session_id, command)
         return entries
 
     def acknowledge(self, session_id: str, sequence: int) -> int:
         """Blocking `AsyncSessionRegistry.acknowledge`, as ``send_event``."""
+        check_session_id(session_id, strict=self._options.strict)
         removed: int = self._ask(session_id, Acknowledge(sequence=sequence))
         return removed
 
@@ -331,6 +338,8 @@ class ThreadSessionRegistry:
                 past it are refused and reported instead).
             RegistryClosedError: the registry is shut down.
         """
+        check_session_id(session_id, strict=self._options.strict)
+        check_unjournaled(payload, journal=journal, strict=self._options.strict)
         door = self._hosted()
         if self._closed:
             raise RegistryClosedError("the session registry is shut down")

@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any, cast
 
@@ -50,6 +51,7 @@ from actors._errors import (
     TokenConflictError,
 )
 from actors._store import DEFAULT_LEASE_S, Commit, SessionRecord, StoredEvent, StoredSession
+from supervisor._log_limit import LogLimiter
 
 __all__ = ["DEFAULT_KEY_TTL_S", "RedisStore"]
 
@@ -257,6 +259,9 @@ class RedisStore:
     ``max_connections`` connections, shared by every thread of the process
     that calls it (a registry's sessions call it from their loop; a write
     borrows one for its round trip; more at once wait, up to ``timeout_s``).
+    While Redis is unreachable every failed call raises, but the warning is
+    logged at most once per ``log_interval_s`` (the lines held back are
+    counted into the next one): an outage is not a log storm.
     """
 
     def __init__(
@@ -268,6 +273,7 @@ class RedisStore:
         key_ttl_s: float = DEFAULT_KEY_TTL_S,
         timeout_s: float = 2.0,
         max_connections: int = 32,
+        log_interval_s: float = 10.0,
     ) -> None:
         if lease_s <= 0 or key_ttl_s < lease_s:
             raise ValueError("lease_s must be positive and key_ttl_s at least lease_s")
@@ -285,6 +291,7 @@ class RedisStore:
             socket_connect_timeout=timeout_s,
         )
         self._pool = pool
+        self._log = LogLimiter(logger, log_interval_s)
         self._client = redis.Redis(connection_pool=pool)
         kwargs = self._client.connection_pool.connection_kwargs
         self.where = f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
@@ -309,7 +316,14 @@ class RedisStore:
         error = StoreUnavailableError(
             f"Redis at {self.where} is unavailable ({type(exc).__name__})"
         )
-        logger.warning("session store: Redis at %s unavailable: %s", self.where, exc)
+        self._log.log(
+            logging.WARNING,
+            "unavailable",
+            "session store: Redis at %s unavailable: %s",
+            self.where,
+            exc,
+            now=time.monotonic(),
+        )
         return error
 
     @contextlib.contextmanager

@@ -1,7 +1,9 @@
 """Helpers for the attack tests (no tests here): a real server process and raw clients.
 
-`server_process` runs ``python -m supervisor serve --port 0 ...`` as a
-subprocess on 127.0.0.1 (optionally with TLS, or under a lowered
+`server_process` runs ``python -m supervisor serve --port 0 --server SHELL ...``
+(each shell in turn: a module that imports the `every_shell` fixture runs
+each of its tests on every shell) as a subprocess on 127.0.0.1 (optionally
+with TLS, or under a lowered
 ``RLIMIT_NOFILE``), reads its URL from its log, keeps draining its log, and
 on the way out stops it with SIGINT and checks it exits 130 with no
 traceback: a server that died during the test fails it there at the latest.
@@ -25,12 +27,14 @@ import struct
 import subprocess
 import sys
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
 import trio
 from wsproto import ConnectionType, WSConnection
+from wsproto.connection import ConnectionState
 from wsproto.events import (
     AcceptConnection,
     CloseConnection,
@@ -45,6 +49,24 @@ from supervisor._cli_flags import SECRET_ENV
 
 #: Every attack test body runs under ``trio.fail_after(LIMIT)`` (real time).
 LIMIT = 30.0
+
+#: The shells every attack test runs against (``serve --server``).
+SHELLS = ("trio", "asgi-uvicorn", "asgi-hypercorn")
+
+#: The shell of the test running now (`every_shell` sets it).
+_SHELL = ["trio"]
+
+
+@pytest.fixture(autouse=True, params=SHELLS)
+def every_shell(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Import it into an attack test module: each of its tests runs on every shell,
+    so a shell cannot drift from the others."""
+    _SHELL[0] = request.param
+    try:
+        yield request.param
+    finally:
+        _SHELL[0] = "trio"
+
 
 Frame = dict[str, object]
 
@@ -132,7 +154,8 @@ class RawClient:
             if event is None or isinstance(event, CloseConnection):
                 return event
             if isinstance(event, Ping):
-                await self.send(self.ws.send(event.response()))
+                if self.ws.state is ConnectionState.OPEN:  # no pong after a close
+                    await self.send(self.ws.send(event.response()))
             elif isinstance(event, TextMessage):
                 self._text.append(event.data)
                 if event.message_finished:
@@ -290,6 +313,8 @@ async def server_process(
     (unless the test stopped it itself: then it must have exited 0).
     ``secret``: the gateway's secret, passed the way it must be (the environment)."""
     command = [sys.executable, "-m", "supervisor", "serve", "--port", "0", *flags]
+    if "--server" not in flags:
+        command += ["--server", _SHELL[0]]
     if tls is not None:
         command += ["--tls-cert", tls[0], "--tls-key", tls[1]]
     env = {k: v for k, v in os.environ.items() if k != SECRET_ENV}

@@ -17,6 +17,7 @@ from tests.attack_support import (
     LIMIT,
     RawClient,
     ServerProcess,
+    every_shell,  # noqa: F401
     json_frame,
     server_process,
 )

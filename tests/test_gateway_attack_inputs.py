@@ -22,6 +22,7 @@ from tests.attack_support import (
     Frame,
     RawClient,
     ServerProcess,
+    every_shell,  # noqa: F401
     json_frame,
     server_process,
 )

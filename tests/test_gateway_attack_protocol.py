@@ -20,6 +20,7 @@ from tests.attack_support import (
     TEXT,
     RawClient,
     ServerProcess,
+    every_shell,  # noqa: F401
     json_frame,
     masked_frame,
     server_process,

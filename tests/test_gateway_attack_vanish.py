@@ -19,6 +19,7 @@ from tests.attack_support import (
     LIMIT,
     RawClient,
     ServerProcess,
+    every_shell,  # noqa: F401
     json_frame,
     make_certificate,
     reset_on_close,

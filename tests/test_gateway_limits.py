@@ -8,7 +8,8 @@ import logging
 import pytest
 import trio
 
-from supervisor.gateway._limits import AddressCounter, FailureThrottle, InputRate, LogLimiter
+from supervisor._log_limit import LogLimiter, ThirdPartyLogLimit
+from supervisor.gateway._limits import AddressCounter, FailureThrottle, InputRate
 from supervisor.gateway._server import GatewayConfig
 from tests.gateway_support import LIMIT, read_until_closed, running_gateway
 
@@ -105,6 +106,23 @@ def test_a_summary_goes_out_at_the_level_of_the_lines_it_stands_for(
         (logging.INFO, "refused a resume 0"),
         (logging.INFO, "probe: 2 more lines like the last one, not logged"),
     ]
+
+
+def test_a_servers_own_log_lines_go_out_once_per_interval_ours_untouched() -> None:
+    """uvicorn's "Invalid HTTP request received.", asyncio's accept error: a client
+    repeats them at will, so the handler lets one a message through per interval."""
+    limit = ThirdPartyLogLimit(interval_s=600)
+
+    def record(name: str, message: str, *args: object) -> logging.LogRecord:
+        return logging.LogRecord(name, logging.WARNING, __file__, 1, message, args, None)
+
+    passed = [
+        limit.filter(record("uvicorn.error", "Invalid HTTP request received.")) for _ in range(50)
+    ]
+    assert passed == [True] + [False] * 49
+    assert limit.filter(record("uvicorn.error", "Exceeded concurrency limit."))
+    ours = record("duplex_supervisor.supervisor", "gateway listening on %s", "x")
+    assert all(limit.filter(ours) for _ in range(3))
 
 
 async def test_a_gateways_throttle_tables_stay_bounded() -> None:

@@ -7,6 +7,7 @@ out, key expiry, Redis restarted from its AOF, Redis unreachable.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -452,3 +453,24 @@ def test_the_commit_of_an_event_carrying_client_seq_says_so() -> None:
     assert handled_client_seq(b'{"type":"x","client_seq":3}') == 3
     assert handled_client_seq(b'{"type":"x","client_seq":true}') is None
     assert handled_client_seq(b'{"type":"x"}') is None
+
+
+def test_an_unreachable_redis_is_one_warning_per_interval_not_one_per_call(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = RedisStore(f"redis://127.0.0.1:{free_port()}/0", timeout_s=0.2)
+    caplog.set_level(logging.WARNING, logger="duplex_supervisor")
+    threads = [threading.Thread(target=_refused, args=(store, 25)) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    store.close()
+    lines = [r for r in caplog.records if "unavailable" in r.getMessage()]
+    assert len(lines) == 1  # 100 failed calls from 4 threads, one line
+
+
+def _refused(store: RedisStore, times: int) -> None:
+    for _ in range(times):
+        with pytest.raises(StoreUnavailableError):
+            store.renew("s", 1)

@@ -1,4 +1,4 @@
-"""The gateway's bookkeeping for its limits: counts, throttles, rates, log lines.
+"""The gateway's bookkeeping for its limits: counts, throttles, rates.
 
 Plain data on the trio loop (one thread), fed the loop's clock by the caller,
 so each is testable with plain calls and made-up times.
@@ -6,11 +6,10 @@ so each is testable with plain calls and made-up times.
 
 from __future__ import annotations
 
-import logging
 from collections import OrderedDict, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-__all__ = ["AddressCounter", "ByteRate", "FailureThrottle", "InputRate", "LogLimiter"]
+__all__ = ["AddressCounter", "ByteRate", "FailureThrottle", "InputRate"]
 
 
 class FailureThrottle:
@@ -138,58 +137,3 @@ class ByteRate:
             return False
         self._tokens -= size
         return True
-
-
-@dataclass(slots=True)
-class _Line:
-    last_logged: float
-    #: The summary of held-back lines goes out at their own level.
-    level: int = logging.WARNING
-    suppressed: int = 0
-
-
-@dataclass(slots=True)
-class LogLimiter:
-    """At most one log line per kind per ``interval_s``; the rest are counted and
-    reported in one summary line (on the next line of that kind after the
-    interval, or by `flush`)."""
-
-    logger: logging.Logger
-    interval_s: float
-    _lines: dict[str, _Line] = field(default_factory=dict)
-
-    def log(
-        self,
-        level: int,
-        kind: str,
-        message: str,
-        *args: object,
-        now: float,
-        exc_info: BaseException | None = None,
-    ) -> bool:
-        """Log unless a line of ``kind`` went out within the interval; ``True`` if logged."""
-        line = self._lines.get(kind)
-        if line is not None and now - line.last_logged < self.interval_s:
-            line.suppressed += 1
-            return False
-        suppressed = line.suppressed if line is not None else 0
-        self._lines[kind] = _Line(last_logged=now, level=level)
-        if suppressed:
-            message += " (and %d more like it in the last %.0f s, not logged)"
-            args = (*args, suppressed, self.interval_s)
-        self.logger.log(level, message, *args, exc_info=exc_info)
-        return True
-
-    def flush(self, now: float) -> None:
-        """One summary line per kind whose lines were held back; forget quiet kinds."""
-        for kind, line in list(self._lines.items()):
-            if line.suppressed:
-                self.logger.log(
-                    line.level,
-                    "%s: %d more lines like the last one, not logged",
-                    kind,
-                    line.suppressed,
-                )
-                self._lines[kind] = _Line(last_logged=now, level=line.level)
-            elif now - line.last_logged >= self.interval_s:
-                del self._lines[kind]

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from supervisor.gateway._limits import LogLimiter
+from supervisor._log_limit import LogLimiter
 
 __all__ = ["REFUSALS", "accept_forever", "refuse_raw"]
 

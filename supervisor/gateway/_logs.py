@@ -16,6 +16,8 @@ import logging
 import sys
 from typing import Literal
 
+from supervisor._log_limit import ThirdPartyLogLimit
+
 __all__ = ["LOG_FORMATS", "JsonFormatter", "configure_logging", "redact_query_strings"]
 
 #: The loggers whose lines name a request's URL (the servers'; ours never do).
@@ -73,9 +75,13 @@ def configure_logging(
     level: int,
     log_format: Literal["text", "json"] = "text",
     third_party_level: int = logging.WARNING,
+    interval_s: float = 10.0,
 ) -> None:
-    """One stderr handler on the root; ours at ``level``, the rest at ``third_party_level``."""
+    """One stderr handler on the root; ours at ``level``, the rest at ``third_party_level``
+    and each of their messages at most once per ``interval_s`` (a client must not be
+    able to fill the log through a server's own logger)."""
     handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(ThirdPartyLogLimit(interval_s, OURS))
     handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(_TEXT))
     root = logging.getLogger()
     for old in list(root.handlers):

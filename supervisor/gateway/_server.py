@@ -28,11 +28,12 @@ import trio
 from actors._messages import LifecycleEvent
 from supervisor._async_door import AsyncSessionRegistry
 from supervisor._faults import FaultPlan
+from supervisor._log_limit import LogLimiter
 from supervisor._options import RegistryOptions
 from supervisor.gateway._auth import Authenticate, Handshake, TrustedProxies, client_address
 from supervisor.gateway._config import GatewayConfig, GatewayCounters
 from supervisor.gateway._engine import DemoEngine, Engine, EngineConfig
-from supervisor.gateway._limits import AddressCounter, LogLimiter
+from supervisor.gateway._limits import AddressCounter
 from supervisor.gateway._listener import REFUSALS, accept_forever, refuse_raw
 from supervisor.gateway._operations import http_routes, serve_operations
 from supervisor.gateway._registry import open_registry

@@ -12,6 +12,10 @@
     `GatewayApp` under Hypercorn's trio worker
     (the trio door).
 
+Both ASGI servers are held to the trio server's limits by classes of ours
+(`supervisor.gateway._uvicorn`, `supervisor.gateway._hypercorn`); the README's
+shell table says what each enforces, and ``serve`` warns where one cannot.
+
 Each drains alike: SIGINT or SIGTERM logs one line, closes every client with
 1001 (going away), then stops; SIGTERM exits 0, SIGINT 130. A bind that fails
 names ``host:port``.
@@ -27,7 +31,7 @@ import socket
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -38,6 +42,9 @@ from supervisor.gateway._config import GatewayConfig
 from supervisor.gateway._engine import Engine
 from supervisor.gateway._server import Gateway, serve_gateway, ssl_context
 from supervisor.gateway.asgi import GatewayApp
+
+if TYPE_CHECKING:
+    from supervisor.gateway._uvicorn import UvicornShell
 
 __all__ = ["NEEDS", "SERVERS", "SERVER_ALIASES", "ServeOptions", "run_server"]
 
@@ -180,10 +187,17 @@ def listening_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def uvicorn_config(app: object, config: GatewayConfig, **extra: Any) -> Any:
-    """The ``uvicorn.Config`` that ``serve --server asgi-uvicorn`` runs ``app`` with."""
+def uvicorn_config(
+    app: object, config: GatewayConfig, shell: UvicornShell | None = None, **extra: Any
+) -> Any:
+    """The ``uvicorn.Config`` that ``serve --server asgi-uvicorn`` runs ``app`` with;
+    with ``shell``, its protocol classes (the trio server's limits, see
+    `supervisor.gateway._uvicorn`)."""
     import uvicorn  # noqa: PLC0415 - only this server needs it
 
+    protocols: dict[str, Any] = {"ws": "websockets-sansio"}
+    if shell is not None:
+        protocols = {"http": shell.http_protocol, "ws": shell.ws_protocol}
     return uvicorn.Config(
         app,  # type: ignore[arg-type]
         lifespan="on",
@@ -191,7 +205,7 @@ def uvicorn_config(app: object, config: GatewayConfig, **extra: Any) -> Any:
         access_log=False,
         proxy_headers=False,
         server_header=False,
-        ws="websockets-sansio",
+        **protocols,
         ws_ping_interval=config.ping_interval_s,
         ws_ping_timeout=config.idle_timeout_s,
         ws_max_size=config.max_frame_bytes * 4,
@@ -209,6 +223,8 @@ def hypercorn_settings(config: GatewayConfig) -> Any:
     settings.websocket_ping_interval = config.ping_interval_s
     settings.websocket_max_message_size = config.max_frame_bytes * 4
     settings.include_server_header = False
+    # Runs from accept to the first request: the handshake timeout of the others.
+    settings.keep_alive_timeout = config.handshake_timeout_s
     return settings
 
 
@@ -217,6 +233,8 @@ def hypercorn_settings(config: GatewayConfig) -> Any:
 
 def _serve_uvicorn(options: ServeOptions) -> int:
     import uvicorn  # noqa: PLC0415 - only this server needs it
+
+    from supervisor.gateway._uvicorn import UvicornShell  # noqa: PLC0415 - needs uvicorn
 
     config = options.config
     app = GatewayApp(
@@ -256,10 +274,13 @@ def _serve_uvicorn(options: ServeOptions) -> int:
     except OSError as exc:
         raise _bind_error(config, exc) from None
     port = sock.getsockname()[1]
+    shell = UvicornShell(config)
+    shell.listener = sock
     server = Server(
         uvicorn_config(
             app,
             config,
+            shell,
             ssl_certfile=config.tls_cert,
             ssl_keyfile=config.tls_key,
             timeout_graceful_shutdown=int(config.close_timeout_s) + 1,
@@ -277,6 +298,7 @@ def _serve_uvicorn(options: ServeOptions) -> int:
                 if app.service is not None:
                     log_stats(app.service)
 
+        asyncio.get_running_loop().set_exception_handler(shell.exception_handler)
         announcer = asyncio.create_task(announce())
         try:
             await server.serve(sockets=[sock])
@@ -285,7 +307,10 @@ def _serve_uvicorn(options: ServeOptions) -> int:
             with contextlib.suppress(asyncio.CancelledError):
                 await announcer
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    finally:
+        shell.close()
     return _EXIT_STATUS.get(received[0], 0) if received else 0
 
 
@@ -294,6 +319,8 @@ def _serve_uvicorn(options: ServeOptions) -> int:
 
 async def _serve_hypercorn(options: ServeOptions) -> int:
     from hypercorn.trio import serve  # noqa: PLC0415 - only this server needs it
+
+    from supervisor.gateway._hypercorn import HypercornShell  # noqa: PLC0415 - needs it
 
     config = options.config
     app = GatewayApp(
@@ -313,6 +340,10 @@ async def _serve_hypercorn(options: ServeOptions) -> int:
     settings.graceful_timeout = config.close_timeout_s + 1
     if config.tls_cert is not None:
         settings.certfile, settings.keyfile = config.tls_cert, config.tls_key
+        logger.warning(
+            "asgi-hypercorn with TLS: out of descriptors, waiting connections are not shed "
+            "(trio's accept loop waits and retries); --server trio or asgi-uvicorn shed them"
+        )
     received: list[int] = []
 
     async def shutdown_trigger() -> None:
@@ -329,23 +360,26 @@ async def _serve_hypercorn(options: ServeOptions) -> int:
             if app.service is not None:
                 log_stats(app.service)
 
-    async with trio.open_nursery() as outer:
-        outer.start_soon(stats)
-        # Hypercorn returns once the trigger fired and its connections closed.
-        async with trio.open_nursery() as nursery:
-            try:
-                binds: list[str] = await nursery.start(
-                    lambda task_status: serve(
-                        app,  # type: ignore[arg-type]
-                        settings,
-                        shutdown_trigger=shutdown_trigger,
-                        task_status=task_status,
+    shell = HypercornShell(config)
+    with shell.installed():
+        async with trio.open_nursery() as outer:
+            outer.start_soon(stats)
+            # Hypercorn returns once the trigger fired and its connections closed.
+            async with trio.open_nursery() as nursery:
+                try:
+                    binds: list[str] = await nursery.start(
+                        lambda task_status: serve(
+                            app,  # type: ignore[arg-type]
+                            settings,
+                            shutdown_trigger=shutdown_trigger,
+                            task_status=task_status,
+                        )
                     )
-                )
-            except* OSError as group:
-                raise _bind_error(config, group) from None
-            port = int(binds[0].rsplit(":", 1)[1])
-            logger.info("gateway listening on %s", _url(config, port))
-            options.on_listening(_url(config, port))
-        outer.cancel_scope.cancel()
+                except* OSError as group:
+                    raise _bind_error(config, group) from None
+                port = int(binds[0].rsplit(":", 1)[1])
+                await shell.accepting.wait()
+                logger.info("gateway listening on %s", _url(config, port))
+                options.on_listening(_url(config, port))
+            outer.cancel_scope.cancel()
     return _EXIT_STATUS.get(received[0], 0) if received else 0

@@ -17,16 +17,24 @@ import dataclasses
 import logging
 import math
 import time
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
 import anyio
 import anyio.abc
 
-from actors._errors import InvalidSequenceError, SessionCrashedError, SessionError
+from actors._errors import (
+    InvalidSequenceError,
+    RegistryClosedError,
+    SessionCrashedError,
+    SessionError,
+    SessionReplacedError,
+    StoreUnavailableError,
+)
 from actors._messages import LifecycleEvent
 from supervisor._async_door import AsyncSessionRegistry
+from supervisor._log_limit import LogLimiter
 from supervisor.gateway._admission import Admission
 from supervisor.gateway._auth import Authenticate, Handshake, Unauthorized
 from supervisor.gateway._config import GatewayConfig, GatewayCounters
@@ -48,7 +56,6 @@ from supervisor.gateway._core import (
     TransportClosedError,
 )
 from supervisor.gateway._engine import Engine
-from supervisor.gateway._limits import LogLimiter
 from supervisor.gateway._operations import GatewayMetrics
 from supervisor.gateway._protocol import (
     CLOSE_CODES,
@@ -63,6 +70,12 @@ __all__ = ["GOING_AWAY", "GatewayService", "Transport", "TransportClosedError"]
 logger = logging.getLogger("duplex_supervisor.supervisor")
 
 GOING_AWAY = 1001
+
+#: A leave's store call (detach, close) that met an unreachable store is
+#: tried again after this, doubling up to `LEAVE_RETRY_MAX_S`: a timer, not
+#: a busy loop, until the store answers or another process took the session.
+LEAVE_RETRY_S = 0.2
+LEAVE_RETRY_MAX_S = 2.0
 
 
 class Transport(Protocol):
@@ -154,11 +167,14 @@ class GatewayService:
         elif event.kind in ("send_timeout", "send_failed"):
             # The attachment is given up, never the session: the engine goes
             # on journaling, and a resume replays what the client missed.
-            self._log(
+            # The real clock: the observer may run outside any task (an
+            # asyncio callback), where anyio has no clock to read.
+            self.log.log(
                 logging.INFO,
                 event.kind,
                 "gave up a client's connection (%s); its session waits for a resume",
                 event.kind,
+                now=time.monotonic(),
             )
 
     def on_overflow(self, session_id: str) -> None:
@@ -308,6 +324,8 @@ class GatewayService:
                     return core.input_verdict(action.client_event_id, verdict)
                 elif isinstance(action, EndSession):
                     await self._end_session(session_id, ws, None)
+            except SessionReplacedError:
+                await self._replaced_here(ws, core)
             except KeyError:
                 return core.session_gone()
             except (SessionError, TransportClosedError):
@@ -447,17 +465,64 @@ class GatewayService:
                 session_id, attachment_generation=generation
             ):
                 self.counters.unconfirmed_resumes += 1
-        await self.registry.detach(session_id, attachment_generation=generation)
+        await self._until_stored(
+            "detach",
+            lambda: self.registry.detach(session_id, attachment_generation=generation),
+        )
+
+    async def _replaced_here(self, ws: Transport, core: ConnectionCore) -> None:
+        """Another process took this connection's session over: 4000 ``replaced``,
+        whichever call of ours learnt it first (the session closes it so too)."""
+        self._log(logging.INFO, "replaced", "a session was taken over by another process")
+        core.ended()
+        with contextlib.suppress(TransportClosedError):
+            await ws.close(REPLACED_CLOSE_CODE, "replaced")
+
+    async def _until_stored(self, what: str, call: Callable[[], Awaitable[object]]) -> None:
+        """A leave's store call (``detach``, ``close``): once now, and while the
+        store is unreachable again on a timer in the background, until the store
+        answers or the session is gone (taken over, closed, the registry shut)."""
+        if not await self._leave_stored(what, call):
+            self._task_group.start_soon(self._retry_leave, what, call)
+
+    async def _retry_leave(self, what: str, call: Callable[[], Awaitable[object]]) -> None:
+        delay = LEAVE_RETRY_S
+        while True:
+            await anyio.sleep(delay)
+            if await self._leave_stored(what, call):
+                return
+            delay = min(delay * 2, LEAVE_RETRY_MAX_S)
+
+    async def _leave_stored(self, what: str, call: Callable[[], Awaitable[object]]) -> bool:
+        """One try; ``False``: the store was unreachable, try again later."""
+        for _ in range(2):  # a crash is retryable and traceless: once more at once
+            try:
+                await call()
+            except SessionCrashedError:
+                continue
+            except StoreUnavailableError:
+                self._log(
+                    logging.WARNING,
+                    "leave_retry",
+                    "a session's %s met an unreachable store; retrying until it answers",
+                    what,
+                )
+                return False
+            except SessionReplacedError:
+                # A normal path: a resume elsewhere won the race with this leave.
+                self._log(
+                    logging.INFO, "replaced", "a session was taken over while its connection left"
+                )
+            except (KeyError, RegistryClosedError):
+                pass  # the session is gone already: nothing is left to release
+            return True
+        return False
 
     async def _end_session(
         self, session_id: str, ws: Transport | None, error: ProtocolError | None
     ) -> None:
         self.work.stop(session_id)
-        try:
-            await self.registry.close(session_id)
-        except SessionCrashedError:
-            # Retryable, and a crashed close left no trace: close it again.
-            await self.registry.close(session_id)
+        await self._until_stored("close", lambda: self.registry.close(session_id))
         if ws is None:
             return
         with contextlib.suppress(TransportClosedError):

@@ -18,10 +18,17 @@ lifespan to mounted apps), pass ``lifespan=gateway.lifespan``::
 
 Keepalive is the server's: uvicorn pings (``ws_ping_interval``,
 ``ws_ping_timeout``), Hypercorn pings with ``websocket_ping_interval``; ASGI
-has no ping of its own. Everything else (limits, throttles, close codes,
+has no ping of its own. The limits before the upgrade (handshake timeout,
+connection caps, descriptors) and a TCP abort are the server's too: ``serve``
+runs uvicorn and Hypercorn with classes of ours that add them (see
+`supervisor.gateway._servers`); under a server of your own, they are its
+configuration's. After a close of ours, a receive waits for the peer's answer
+``close_timeout_s`` at most. Everything else (limits, throttles, close codes,
 unconfirmed resumes) is the protocol core's, the same as on the trio server.
-A refused connection (path, origin, connection caps) is closed before the
-upgrade is accepted, which the server answers with HTTP 403.
+A refused connection is answered before the upgrade with the trio server's
+HTTP status (404 path, 403 origin, 429/503 connection caps, 503 shutting
+down) where the server offers the ``websocket.http.response`` extension
+(uvicorn and Hypercorn do), else closed, which the server answers with 403.
 """
 
 from __future__ import annotations
@@ -61,23 +68,49 @@ Send = Callable[[Message], Awaitable[None]]
 
 INTERNAL_ERROR = 1011
 
+#: A scope extension a server may offer (``serve``'s uvicorn does): a callable
+#: that drops the TCP connection at once, for a close that could not finish
+#: within the close timeout (a peer that stopped reading holds every send).
+ABORT_EXTENSION = "duplex.abort"
+
 
 class _AsgiWebSocket:
     """An accepted ASGI WebSocket as the gateway's ``Transport``."""
 
-    def __init__(self, receive: Receive, send: Send, close_timeout_s: float) -> None:
+    def __init__(
+        self,
+        receive: Receive,
+        send: Send,
+        close_timeout_s: float,
+        abort: Callable[[], None] | None = None,
+    ) -> None:
         self._receive = receive
         self._send = send
         self._close_timeout_s = close_timeout_s
+        self._abort = abort
         # Not an anyio.Lock: its acquire checkpoints even when free (see _sendgate).
         self._lock = SendGate(anyio.Event)
         self._closed = False
         self._disconnected = False
+        #: The receive in progress: once our close is out, it waits for the
+        #: peer's answer (the disconnect) ``close_timeout_s`` at most.
+        self._receiving: anyio.CancelScope | None = None
 
     async def receive(self) -> str | bytes:
         if self._disconnected:
             raise TransportClosedError("disconnected")
-        message = await self._receive()
+        with anyio.CancelScope() as scope:
+            self._receiving = scope
+            if self._closed:
+                scope.deadline = anyio.current_time() + self._close_timeout_s
+            try:
+                message = await self._receive()
+            finally:
+                self._receiving = None
+        if scope.cancelled_caught:
+            # The peer never answered our close: the connection is over.
+            self._disconnected = True
+            raise TransportClosedError("close unanswered")
         if message["type"] == "websocket.receive":
             text = message.get("text")
             if text is not None:
@@ -97,7 +130,7 @@ class _AsgiWebSocket:
                 raise TransportClosedError("peer gone") from exc
 
     async def close(self, code: int, reason: str | None) -> None:
-        with anyio.move_on_after(self._close_timeout_s):
+        with anyio.move_on_after(self._close_timeout_s) as waited:
             async with self._lock:
                 if self._closed or self._disconnected:
                     return
@@ -106,6 +139,16 @@ class _AsgiWebSocket:
                     await self._send(
                         {"type": "websocket.close", "code": code, "reason": reason or ""}
                     )
+                receiving = self._receiving
+                if receiving is not None:
+                    receiving.deadline = min(
+                        receiving.deadline, anyio.current_time() + self._close_timeout_s
+                    )
+        if waited.cancelled_caught and self._abort is not None:
+            # A send held the connection past the close timeout (the peer
+            # reads nothing): the server drops it, and that send ends too.
+            self._disconnected = True
+            self._abort()
 
     async def ping(self) -> None:
         raise NotImplementedError("an ASGI server pings by itself")
@@ -210,9 +253,16 @@ class GatewayApp:
 
     async def _http(self, scope: Scope, send: Send) -> None:
         answer = None
-        if scope.get("method") == "GET" and self.service is not None:
+        extra: list[tuple[bytes, bytes]] = []
+        if scope.get("method") != "GET":
+            answer = (405, "text/plain", b"the upgrade must be a GET\n")
+        elif self.service is not None:
             answer = http_routes(self.service)(_route_path(scope))
-        status, content_type, body = answer or (404, "text/plain", b"not found\n")
+        if answer is None:
+            # What the trio server answers a GET that is no route and no upgrade.
+            answer = (426, "text/plain", b"this endpoint speaks WebSocket only\n")
+            extra = [(b"sec-websocket-version", b"13")]
+        status, content_type, body = answer
         await send(
             {
                 "type": "http.response.start",
@@ -220,6 +270,7 @@ class GatewayApp:
                 "headers": [
                     (b"content-type", content_type.encode()),
                     (b"content-length", str(len(body)).encode()),
+                    *extra,
                 ],
             }
         )
@@ -250,20 +301,25 @@ class GatewayApp:
         service = self.service
         handshake = self._handshake(scope)
         origin = handshake.headers.get("origin", "")
-        refused = (
-            service is None
-            or not service.accepting
-            or handshake.path != self.config.path
-            or (self.config.allowed_origins and origin not in self.config.allowed_origins)
-            or self.connections.refusal(handshake.client) is not None
-        )
-        if refused or service is None:
-            await send({"type": "websocket.close", "code": 1008})
+        refused: int | None = None
+        if service is None or not service.accepting:
+            refused = 503
+        elif handshake.path != self.config.path:
+            refused = 404
+        elif self.config.allowed_origins and origin not in self.config.allowed_origins:
+            refused = 403
+        else:
+            cap = self.connections.refusal(handshake.client)
+            if cap is not None:
+                refused = 429 if cap == "address" else 503
+        if refused is not None or service is None:
+            await _refuse(scope, send, refused or 503)
             return
         self.connections.take(handshake.client)
         try:
             await send({"type": "websocket.accept"})
-            ws = _AsgiWebSocket(receive, send, self.config.close_timeout_s)
+            abort = scope.get("extensions", {}).get(ABORT_EXTENSION)
+            ws = _AsgiWebSocket(receive, send, self.config.close_timeout_s, abort)
             closing: tuple[int, str | None] = (1000, None)
             try:
                 await service.converse(ws, handshake, keepalive=False)
@@ -274,6 +330,22 @@ class GatewayApp:
                 await ws.close(*closing)
         finally:
             self.connections.release(handshake.client)
+
+
+async def _refuse(scope: Scope, send: Send, status: int) -> None:
+    """Refuse an upgrade with the trio server's HTTP status where the server lets
+    the app answer one (the ``websocket.http.response`` extension), else 403."""
+    if "websocket.http.response" not in scope.get("extensions", {}):
+        await send({"type": "websocket.close", "code": 1008})
+        return
+    await send(
+        {
+            "type": "websocket.http.response.start",
+            "status": status,
+            "headers": [(b"content-length", b"0"), (b"connection", b"close")],
+        }
+    )
+    await send({"type": "websocket.http.response.body", "body": b""})
 
 
 def _route_path(scope: Scope) -> str:
