@@ -340,6 +340,13 @@ def _gateway_config(args: argparse.Namespace) -> GatewayConfig:
 
 
 def _engine(args: argparse.Namespace) -> Engine:
+    if getattr(args, "engine_bus", None) is not None:
+        if args.engine is not None:
+            raise ValueError("--engine and --engine-bus: the engine runs in the workers, not here")
+        from supervisor.engine_bus import RedisEngineBus  # noqa: PLC0415 - only the bus needs redis-py
+        from supervisor.gateway._bus_engine import BusEngine  # noqa: PLC0415
+
+        return BusEngine(RedisEngineBus(args.engine_bus, pool=args.engine_pool))
     if args.engine is None:
         return DemoEngine(_engine_config(args))
     engine = load_engine_factory(args.engine)()
@@ -382,8 +389,27 @@ def _serve(args: argparse.Namespace) -> int:
     return run_server(args.server, options)
 
 
+async def _worker(args: argparse.Namespace) -> int:
+    """``worker``: the engine as one consumer of the pool, until Ctrl-C or SIGTERM."""
+    require("redis", "worker --bus")
+    from supervisor.engine_bus import RedisEngineBus  # noqa: PLC0415 - only the bus needs redis-py
+    from supervisor.worker import EngineWorker  # noqa: PLC0415
+
+    bus = RedisEngineBus(args.bus, pool=args.engine_pool, visibility_s=args.visibility_timeout)
+    worker = EngineWorker(_engine(args), bus)
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(lambda task_status: worker.run(task_status=task_status))
+            logger.info("engine worker %s serving pool %r", worker.consumer, args.engine_pool)
+            async for signum in signals:
+                nursery.cancel_scope.cancel()
+                bus.close()
+                return 130 if signum == signal.SIGINT else 0
+    return 0
+
+
 def _logging(args: argparse.Namespace) -> None:
-    default = "info" if args.command == "serve" else "warning"
+    default = "info" if args.command in ("serve", "worker") else "warning"
     level = "debug" if getattr(args, "verbose", False) else getattr(args, "log_level", default)
     configure_logging(
         level=getattr(logging, level.upper()),
@@ -404,7 +430,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "serve":
             return _serve(args)
-        runner = {"chaos": _chaos, "demo": _demo}[args.command]
+        runner = {"chaos": _chaos, "demo": _demo, "worker": _worker}[args.command]
         return trio.run(runner, args)
     except BaseExceptionGroup as group:
         # Raised inside trio nurseries, these arrive in exception groups.

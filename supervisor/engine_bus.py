@@ -16,6 +16,7 @@ script touches one slot:
   and its lease generation (grows at each `claim_session`: an open, or a
   takeover by another process).
 * ``:seen:<session>``, a set: the idempotency keys published for it.
+* ``:types``, a set: the client event types the workers' engine takes.
 * ``:counts``, a hash: ``redelivered``, ``fenced``, ``duplicates``.
 
 A worker's `publish` is one Lua script, so it is atomic: it refuses (and
@@ -204,6 +205,7 @@ class RedisEngineBus:
         self._lease = f"{self._base}:lease"
         self._owner = f"{self._base}:owner"
         self._counts = f"{self._base}:counts"
+        self._types = f"{self._base}:types"
         self._client = redis.Redis.from_url(
             url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
         )
@@ -363,6 +365,18 @@ class RedisEngineBus:
             self._ensure_group()
             args = [GROUP, consumer, "1" if acknowledge else "0", *ids]
             return int(self._hold(keys=[self._in], args=args))
+
+    def declare_event_types(self, types: Iterable[str]) -> None:
+        """A worker says which client event types its engine takes."""
+        names = sorted(types)
+        if names:
+            with self._reachable():
+                self._client.sadd(self._types, *names)
+
+    def declared_event_types(self) -> frozenset[str]:
+        """What the pool's workers declared (`declare_event_types`)."""
+        with self._reachable():
+            return frozenset(_text(name) for name in self._client.smembers(self._types))
 
     # -- what happened -----------------------------------------------------
 

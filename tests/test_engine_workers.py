@@ -1,0 +1,138 @@
+"""Engines in other processes: ``serve --engine-bus`` feeding ``worker`` processes
+over a real redis-server, with workers killed, stopped and Redis restarted."""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import time
+
+import trio
+
+from supervisor.gateway._wire_client import WireClient
+from tests.engine_worker_support import MODULE, VISIBILITY_S, holder_pid, plain_redis, workers
+from tests.gateway_support import LIMIT, Frame, read_until
+from tests.redis_support import RedisServer
+from tests.test_cli import _serve_process
+
+SLOW = "tests.engine_worker_support:slow_answer_engine"
+
+
+def _serve(url: str) -> list[str]:
+    return [*MODULE, "serve", "--port", "0", "--engine-bus", url]
+
+
+async def _open(url: str) -> WireClient:
+    client = await WireClient.connect(url)
+    await client.send_json({"type": "session.open"})
+    await read_until(client, "session.created")
+    return client
+
+
+async def _frames_for(client: WireClient, seconds: float) -> list[Frame]:
+    frames: list[Frame] = []
+    with trio.move_on_after(seconds):
+        while True:
+            frames.append(await client.receive_json())
+    return frames
+
+
+def _counts(url: str) -> dict[str, int]:
+    with plain_redis(url) as client:
+        raw = client.hgetall("duplex:bus:{default}:counts")
+    return {(k.decode() if isinstance(k, bytes) else k): int(v) for k, v in raw.items()}
+
+
+async def test_a_gateway_feeds_workers_inputs_and_client_events(redis_server: RedisServer) -> None:
+    url = redis_server.url
+    with workers(url, 2, "tests.engine_worker_support:quiet_demo_engine"):
+        with trio.fail_after(LIMIT * 2):
+            async with _serve_process(_serve(url)) as served:
+                client = await _open(served.url)
+                await client.send_json({"type": "input", "client_event_id": "c1", "text": "hello"})
+                done = (await read_until(client, "response.done"))[-1]
+                assert done["client_event_id"] == "c1"
+                audio = base64.b64encode(b"\x01" * 640).decode()
+                await client.send_json(
+                    {"type": "input_audio.append", "client_seq": 1, "audio": audio}
+                )
+                received = (await read_until(client, "input_audio.received"))[-1]
+                assert received["bytes"] == 640 and received["client_seq"] == 1
+                await client.send_json({"type": "input", "client_event_id": "c1", "text": "hello"})
+                await read_until(client, "input.duplicate")
+                await client.cut()
+                served.process.send_signal(signal.SIGTERM)
+
+
+async def test_a_worker_killed_mid_answer_is_answered_once_by_another(
+    redis_server: RedisServer,
+) -> None:
+    url = redis_server.url
+    with workers(url, 2, SLOW, SLOW_ANSWER_S="2") as processes:
+        with trio.fail_after(LIMIT * 2):
+            async with _serve_process(_serve(url)) as served:
+                client = await _open(served.url)
+                await client.send_json({"type": "input", "client_event_id": "c1", "text": "hi"})
+                first = (await read_until(client, "response.output_text.delta"))[-1]
+                pid = holder_pid(url)
+                assert pid is not None and f"pid {pid}" == first["delta"]
+                os.kill(pid, signal.SIGKILL)
+                frames = [first, *await _frames_for(client, VISIBILITY_S + 2 + 3)]
+                kinds = [f["type"] for f in frames if "server_event_seq" in f]
+                # The other worker did the answer again: its first delta had
+                # the dead one's idempotency key (dropped), its done is new.
+                assert kinds == ["response.output_text.delta", "response.done"], frames
+                seqs = [f["server_event_seq"] for f in frames if "server_event_seq" in f]
+                assert seqs == [1, 2]
+                assert _counts(url)["redelivered"] == 1
+                assert _counts(url)["duplicates"] == 1
+                assert sum(p.poll() is None for p in processes) == 1
+                await client.cut()
+                served.process.send_signal(signal.SIGTERM)
+
+
+async def test_a_stopped_worker_resumed_late_is_fenced_not_doubled(
+    redis_server: RedisServer,
+) -> None:
+    url = redis_server.url
+    with workers(url, 2, SLOW, SLOW_ANSWER_S="2"):
+        with trio.fail_after(LIMIT * 3):
+            async with _serve_process(_serve(url)) as served:
+                client = await _open(served.url)
+                await client.send_json({"type": "input", "client_event_id": "c1", "text": "hi"})
+                first = (await read_until(client, "response.output_text.delta"))[-1]
+                pid = holder_pid(url)
+                assert pid is not None
+                os.kill(pid, signal.SIGSTOP)
+                done = await read_until(client, "response.done")  # by the other worker
+                os.kill(pid, signal.SIGCONT)  # its late send of the same answer
+                deadline = time.monotonic() + LIMIT
+                while _counts(url).get("fenced", 0) < 1:
+                    assert time.monotonic() < deadline, _counts(url)
+                    await trio.sleep(0.1)
+                later = await _frames_for(client, 1.0)
+                events = [f for f in [first, *done, *later] if "server_event_seq" in f]
+                assert [f["type"] for f in events] == [
+                    "response.output_text.delta",
+                    "response.done",
+                ], events
+                await client.cut()
+                served.process.send_signal(signal.SIGTERM)
+
+
+async def test_work_goes_on_after_redis_restarts(redis_server: RedisServer) -> None:
+    url = redis_server.url
+    with workers(url, 2, "tests.engine_worker_support:quiet_demo_engine"):
+        with trio.fail_after(LIMIT * 3):
+            async with _serve_process(_serve(url)) as served:
+                client = await _open(served.url)
+                await client.send_json({"type": "input", "client_event_id": "c1", "text": "a"})
+                await read_until(client, "response.done", client_event_id="c1")
+                redis_server.restart()
+                await client.send_json({"type": "input", "client_event_id": "c2", "text": "b"})
+                await read_until(client, "response.done", client_event_id="c2")
+                later = await _frames_for(client, 1.0)
+                assert not [f for f in later if f.get("type") == "response.done"], later
+                await client.cut()
+                served.process.send_signal(signal.SIGTERM)
