@@ -699,6 +699,21 @@ def parser() -> argparse.ArgumentParser:
         help="the Redis the processes share (redis://host:port/db), or 'local': start a "
         "redis-server from PATH on a free loopback port for the run and stop it after",
     )
+    workers = demo.add_argument_group("engines in other processes")
+    workers.add_argument(
+        "--engine-workers",
+        type=_positive(int),
+        metavar="N",
+        help="run the demo engine in N 'worker' processes fed over --bus; the first is "
+        "SIGKILLed halfway through and the others take its work over; the table adds "
+        "'engine workers killed', 'inputs redelivered' and 'fenced engine messages'",
+    )
+    workers.add_argument(
+        "--bus",
+        metavar="URL",
+        help="the Redis of the engine bus (redis://host:port/db), or 'local': start a "
+        "redis-server from PATH for the run",
+    )
     demo.add_argument(
         "--server",
         choices=(*SERVERS, *SERVER_ALIASES),

@@ -4,6 +4,7 @@ over a real redis-server, with workers killed, stopped and Redis restarted."""
 from __future__ import annotations
 
 import base64
+import json
 import os
 import signal
 import time
@@ -136,3 +137,41 @@ async def test_work_goes_on_after_redis_restarts(redis_server: RedisServer) -> N
                 assert not [f for f in later if f.get("type") == "response.done"], later
                 await client.cut()
                 served.process.send_signal(signal.SIGTERM)
+
+
+def test_the_demo_with_engine_workers_kills_one_and_loses_nothing() -> None:
+    from tests.redis_support import redis_binary
+    from tests.test_cli import _run
+
+    redis_binary()  # --bus local starts one: skipped (or failed in CI) without
+
+    result = _run(
+        "demo",
+        "--engine-workers",
+        "2",
+        "--bus",
+        "local",
+        "--duration",
+        "6",
+        "--clients",
+        "6",
+        "--json",
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.splitlines()[-1])
+    totals = report["totals"]
+    assert report["ok"] is True
+    assert totals["engine_workers_killed"] == 1
+    assert totals["lost"] == 0 and totals["duplicated"] == 0
+    assert totals["answered"] == totals["inputs"] > 0
+    assert totals["inputs_redelivered"] >= 0
+    assert totals["fenced_engine_messages"] >= 0
+
+
+def test_the_demo_with_engine_workers_needs_both_flags() -> None:
+    from tests.test_cli import _run
+
+    result = _run("demo", "--engine-workers", "2", timeout=60)
+    assert result.returncode == 2
+    assert "--engine-workers N and --bus" in result.stderr
