@@ -194,3 +194,37 @@ def test_the_demo_with_engine_workers_needs_both_flags() -> None:
     result = _run("demo", "--engine-workers", "2", timeout=60)
     assert result.returncode == 2
     assert "--engine-workers N and --bus" in result.stderr
+
+
+async def test_a_killed_gateways_session_gets_the_rest_of_its_answer_on_the_new_owner(
+    redis_server: RedisServer,
+) -> None:
+    url = redis_server.url
+    serve = [*_serve(url), "--redis", url]
+    with workers(url, 1, SLOW, SLOW_ANSWER_S="3"):
+        with trio.fail_after(LIMIT * 3):
+            async with _serve_process(serve) as first, _serve_process(serve) as second:
+                client = await WireClient.connect(first.url)
+                await client.send_json({"type": "session.open"})
+                created = (await read_until(client, "session.created"))[-1]
+                await client.send_json({"type": "input", "client_event_id": "c1", "text": "hi"})
+                delta = (await read_until(client, "response.output_text.delta"))[-1]
+                await client.cut()
+                first.process.send_signal(signal.SIGKILL)  # mid-answer
+                await first.process.wait()
+                other = await WireClient.connect(second.url)
+                await other.send_json(
+                    {
+                        "type": "session.resume",
+                        "session_id": created["session_id"],
+                        "resume_token": created["resume_token"],
+                        "last_received_server_event_seq": delta["server_event_seq"],
+                    }
+                )
+                frames = await read_until(other, "response.done", client_event_id="c1")
+                frames += await _frames_for(other, 1.0)
+                done = [f for f in frames if f.get("type") == "response.done"]
+                assert len(done) == 1, frames
+                assert done[0]["server_event_seq"] == 2
+                await other.cut()
+                second.process.send_signal(signal.SIGTERM)
