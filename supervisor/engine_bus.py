@@ -35,9 +35,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any, Literal, TypeVar, cast
+
+import anyio
+import anyio.to_thread
 
 from actors._errors import StoreUnavailableError
 from supervisor.messages import (
@@ -59,6 +62,7 @@ __all__ = [
     "LeaseFence",
     "PublishVerdict",
     "RedisEngineBus",
+    "call_until_reachable",
 ]
 
 logger = logging.getLogger("duplex_supervisor.supervisor")
@@ -66,6 +70,8 @@ logger = logging.getLogger("duplex_supervisor.supervisor")
 #: How long an entry a worker holds may go without a heartbeat before
 #: another worker claims it: what a dead worker's inputs wait, at most.
 DEFAULT_VISIBILITY_S = 5.0
+
+T = TypeVar("T")
 
 GROUP = "workers"
 PublishVerdict = Literal["sent", "fenced", "stale", "duplicate", "orphaned"]
@@ -130,6 +136,21 @@ if redis.call('HGET', KEYS[2], ARGV[1]) == ARGV[2] then
 end
 return 0
 """
+
+
+#: How long a call to an unreachable Redis waits before it is tried again.
+RETRY_S = 0.2
+
+
+async def call_until_reachable(call: Callable[..., T], *args: object) -> T:
+    """``call(*args)`` on a worker thread, tried again while Redis is unreachable
+    (a restart): what a worker or a gateway sends is delayed, never dropped."""
+    while True:
+        try:
+            return await anyio.to_thread.run_sync(call, *args, abandon_on_cancel=True)
+        except StoreUnavailableError as exc:
+            logger.warning("engine bus: %s; trying again", exc)
+            await anyio.sleep(RETRY_S)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -33,11 +33,9 @@ from dataclasses import dataclass, field
 
 import anyio
 import anyio.abc
-import anyio.to_thread
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from actors._errors import StoreUnavailableError
-from supervisor.engine_bus import Delivery, RedisEngineBus
+from supervisor.engine_bus import Delivery, RedisEngineBus, call_until_reachable
 from supervisor.gateway._engine import (
     ClientEvent,
     Engine,
@@ -59,9 +57,6 @@ from supervisor.messages import (
 __all__ = ["EngineWorker"]
 
 logger = logging.getLogger("duplex_supervisor.supervisor")
-
-#: How long a call to an unreachable Redis waits before it is tried again.
-RETRY_S = 0.2
 
 
 @dataclass(slots=True)
@@ -115,13 +110,7 @@ class EngineWorker:
         return f"{type(self).__name__}(consumer={self.consumer!r}, bus={self.bus!r})"
 
     async def _call(self, call: Callable[..., object], *args: object) -> object:
-        """``call(*args)`` on a worker thread, tried again while Redis is unreachable."""
-        while True:
-            try:
-                return await anyio.to_thread.run_sync(call, *args, abandon_on_cancel=True)
-            except StoreUnavailableError as exc:
-                logger.warning("engine worker %s: %s; trying again", self.consumer, exc)
-                await anyio.sleep(RETRY_S)
+        return await call_until_reachable(call, *args)
 
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED

@@ -33,6 +33,15 @@ async def _open(url: str) -> WireClient:
     return client
 
 
+async def _mid_answer(client: WireClient, url: str) -> tuple[Frame, int]:
+    """Send input c1; its first delta, and the pid of the worker now in its pause."""
+    await client.send_json({"type": "input", "client_event_id": "c1", "text": "hi"})
+    first = (await read_until(client, "response.output_text.delta"))[-1]
+    pid = holder_pid(url)
+    assert pid is not None and f"pid {pid}" == first["delta"]
+    return first, pid
+
+
 async def _frames_for(client: WireClient, seconds: float) -> list[Frame]:
     frames: list[Frame] = []
     with trio.move_on_after(seconds):
@@ -76,10 +85,7 @@ async def test_a_worker_killed_mid_answer_is_answered_once_by_another(
         with trio.fail_after(LIMIT * 2):
             async with _serve_process(_serve(url)) as served:
                 client = await _open(served.url)
-                await client.send_json({"type": "input", "client_event_id": "c1", "text": "hi"})
-                first = (await read_until(client, "response.output_text.delta"))[-1]
-                pid = holder_pid(url)
-                assert pid is not None and f"pid {pid}" == first["delta"]
+                first, pid = await _mid_answer(client, url)
                 os.kill(pid, signal.SIGKILL)
                 frames = [first, *await _frames_for(client, VISIBILITY_S + 2 + 3)]
                 kinds = [f["type"] for f in frames if "server_event_seq" in f]
@@ -103,10 +109,7 @@ async def test_a_stopped_worker_resumed_late_is_fenced_not_doubled(
         with trio.fail_after(LIMIT * 3):
             async with _serve_process(_serve(url)) as served:
                 client = await _open(served.url)
-                await client.send_json({"type": "input", "client_event_id": "c1", "text": "hi"})
-                first = (await read_until(client, "response.output_text.delta"))[-1]
-                pid = holder_pid(url)
-                assert pid is not None
+                first, pid = await _mid_answer(client, url)
                 os.kill(pid, signal.SIGSTOP)
                 done = await read_until(client, "response.done")  # by the other worker
                 os.kill(pid, signal.SIGCONT)  # its late send of the same answer

@@ -30,10 +30,8 @@ import socket
 from collections.abc import Callable
 
 import anyio
-import anyio.to_thread
 
-from actors._errors import StoreUnavailableError
-from supervisor.engine_bus import LeaseFence, RedisEngineBus
+from supervisor.engine_bus import LeaseFence, RedisEngineBus, call_until_reachable
 from supervisor.gateway._engine import ClientEvent, EngineSession, SessionEnded
 from supervisor.gateway._sessions import TaskSpawner
 from supervisor.messages import (
@@ -49,9 +47,6 @@ from supervisor.messages import (
 __all__ = ["BusEngine"]
 
 logger = logging.getLogger("duplex_supervisor.gateway")
-
-#: How long a call to an unreachable Redis waits before it is tried again.
-RETRY_S = 0.2
 
 
 def _json_or_none(identity: object) -> object:
@@ -94,12 +89,7 @@ class BusEngine:
         task_group.start_soon(self._pump)
 
     async def _call(self, call: Callable[..., object], *args: object) -> object:
-        while True:
-            try:
-                return await anyio.to_thread.run_sync(call, *args, abandon_on_cancel=True)
-            except StoreUnavailableError as exc:
-                logger.warning("engine bus: %s; trying again", exc)
-                await anyio.sleep(RETRY_S)
+        return await call_until_reachable(call, *args)
 
     async def _submit(self, message: GatewayMessage) -> None:
         await self._call(self.bus.submit, message)
