@@ -105,12 +105,9 @@ def workers(
             process.wait()
 
 
-def holder_pid(url: str) -> int | None:
-    """The pid of the worker holding the oldest pending entry of the input stream."""
+def worker_pids(url: str) -> set[int]:
+    """The pids of the workers that joined the pool's consumer group."""
     with plain_redis(url) as client:
-        pending = client.xpending_range("duplex:bus:{default}:in", "workers", "-", "+", 10)
-    for entry in pending:
-        consumer = entry["consumer"]
-        consumer = consumer.decode() if isinstance(consumer, bytes) else str(consumer)
-        return int(consumer.rsplit("-", 2)[-2])
-    return None
+        consumers = client.xinfo_consumers("duplex:bus:{default}:in", "workers")
+    names = [c["name"] for c in consumers]
+    return {int((n.decode() if isinstance(n, bytes) else str(n)).rsplit("-", 2)[-2]) for n in names}
