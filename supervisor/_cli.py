@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import trio
 from rich.console import Console
@@ -28,6 +29,9 @@ from supervisor._demo_processes import (
     serve_command,
 )
 from supervisor._extras import MissingExtraError, require
+
+if TYPE_CHECKING:
+    from supervisor._demo_workers import WorkerFigures
 from supervisor._options import RegistryOptions
 from supervisor.gateway._chaos import (
     ChaosConfig,
@@ -53,7 +57,13 @@ __all__ = ["main"]
 logger = logging.getLogger("duplex_supervisor.supervisor")
 
 
-def _table(report: ChaosReport, gateway: Gateway | None, *, processes: int = 1) -> Table:
+def _table(
+    report: ChaosReport,
+    gateway: Gateway | None,
+    *,
+    processes: int = 1,
+    workers: WorkerFigures | None = None,
+) -> Table:
     t = report.totals
     table = Table(title="duplex-supervisor chaos run", show_header=True)
     table.add_column("figure")
@@ -77,6 +87,10 @@ def _table(report: ChaosReport, gateway: Gateway | None, *, processes: int = 1) 
         rows.append(("resumes across processes", t.resumes_across_processes))
         rows.append(("takeovers (sessions of the killed process)", t.takeovers))
         rows.append(("stranded (never resumed)", t.stranded))
+    if workers is not None:
+        rows.append(("engine workers killed", workers.engine_workers_killed))
+        rows.append(("inputs redelivered", workers.inputs_redelivered))
+        rows.append(("fenced engine messages", workers.fenced_engine_messages))
     if gateway is not None:
         stats = gateway.registry.stats()
         rows.append(("server: events journaled", stats.events_journaled))
@@ -89,7 +103,13 @@ def _table(report: ChaosReport, gateway: Gateway | None, *, processes: int = 1) 
     return table
 
 
-def _totals_json(report: ChaosReport, gateway: Gateway | None, *, processes: int = 1) -> str:
+def _totals_json(
+    report: ChaosReport,
+    gateway: Gateway | None,
+    *,
+    processes: int = 1,
+    workers: WorkerFigures | None = None,
+) -> str:
     t = report.totals
     totals: dict[str, object] = {
         "sessions": t.sessions,
@@ -113,6 +133,11 @@ def _totals_json(report: ChaosReport, gateway: Gateway | None, *, processes: int
         totals["resumes_across_processes"] = t.resumes_across_processes
         totals["takeovers"] = t.takeovers
         totals["stranded"] = t.stranded
+    if workers is not None:
+        totals["engine_workers"] = workers.engine_workers
+        totals["engine_workers_killed"] = workers.engine_workers_killed
+        totals["inputs_redelivered"] = workers.inputs_redelivered
+        totals["fenced_engine_messages"] = workers.fenced_engine_messages
     result: dict[str, object] = {"totals": totals, "ok": report.ok}
     if gateway is not None:  # the table's "server:" rows
         stats = gateway.registry.stats()
@@ -189,12 +214,17 @@ async def _run_chaos(
         return await run_chaos(url, config, progress=progress)
 
 
-def _finish(args: argparse.Namespace, report: ChaosReport, gateway: Gateway | None) -> int:
+def _finish(
+    args: argparse.Namespace,
+    report: ChaosReport,
+    gateway: Gateway | None,
+    workers: WorkerFigures | None = None,
+) -> int:
     processes = getattr(args, "processes", 1)
     if args.json:
-        print(_totals_json(report, gateway, processes=processes))
+        print(_totals_json(report, gateway, processes=processes, workers=workers))
     else:
-        Console().print(_table(report, gateway, processes=processes))
+        Console().print(_table(report, gateway, processes=processes, workers=workers))
     return 0 if report.ok else 1
 
 
@@ -215,6 +245,8 @@ async def _demo(args: argparse.Namespace) -> int:
         require("redis", "--redis")
     if args.browser and (server != "trio" or args.processes > 1 or args.redis is not None):
         raise ValueError("demo --browser runs the trio server in one process")
+    if args.engine_workers is not None or args.bus is not None:
+        return await _demo_workers(args, console, server)
     if args.processes > 1 or args.redis is not None:
         return await _demo_processes(args, console, server)
     if server != "trio":
@@ -259,6 +291,22 @@ async def _demo_processes(args: argparse.Namespace, console: Console, server: st
         with local_redis() as url:
             report = await run_processes_demo(args, server, url, config, crowd)
     return _finish(args, report, None)
+
+
+async def _demo_workers(args: argparse.Namespace, console: Console, server: str) -> int:
+    """``demo --engine-workers N --bus URL``: see supervisor/_demo_workers.py."""
+    if args.engine_workers is None or args.bus is None:
+        raise ValueError("the demo with engine workers needs --engine-workers N and --bus")
+    if server != "trio" or args.processes > 1 or args.redis is not None or args.browser:
+        raise ValueError("demo --engine-workers runs one trio gateway in this process")
+    require("redis", "--bus")
+    from supervisor._demo_workers import run_workers_demo  # noqa: PLC0415 - needs redis-py
+
+    async def crowd(url: str, config: ChaosConfig, gateway: Gateway) -> ChaosReport:
+        return await _run_chaos(url, config, console, gateway)
+
+    report, gateway, figures = await run_workers_demo(args, _chaos_config(args), crowd)
+    return _finish(args, report, gateway, figures)
 
 
 async def _demo_in_process(args: argparse.Namespace, console: Console, server: str) -> int:
@@ -340,6 +388,13 @@ def _gateway_config(args: argparse.Namespace) -> GatewayConfig:
 
 
 def _engine(args: argparse.Namespace) -> Engine:
+    if getattr(args, "engine_bus", None) is not None:
+        if args.engine is not None:
+            raise ValueError("--engine and --engine-bus: the engine runs in the workers, not here")
+        from supervisor.engine_bus import RedisEngineBus  # noqa: PLC0415 - only the bus needs redis-py
+        from supervisor.gateway._bus_engine import BusEngine  # noqa: PLC0415
+
+        return BusEngine(RedisEngineBus(args.engine_bus, pool=args.engine_pool))
     if args.engine is None:
         return DemoEngine(_engine_config(args))
     engine = load_engine_factory(args.engine)()
@@ -382,8 +437,27 @@ def _serve(args: argparse.Namespace) -> int:
     return run_server(args.server, options)
 
 
+async def _worker(args: argparse.Namespace) -> int:
+    """``worker``: the engine as one consumer of the pool, until Ctrl-C or SIGTERM."""
+    require("redis", "worker --bus")
+    from supervisor.engine_bus import RedisEngineBus  # noqa: PLC0415 - only the bus needs redis-py
+    from supervisor.worker import EngineWorker  # noqa: PLC0415
+
+    bus = RedisEngineBus(args.bus, pool=args.engine_pool, visibility_s=args.visibility_timeout)
+    worker = EngineWorker(_engine(args), bus)
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(lambda task_status: worker.run(task_status=task_status))
+            logger.info("engine worker %s serving pool %r", worker.consumer, args.engine_pool)
+            async for signum in signals:
+                nursery.cancel_scope.cancel()
+                bus.close()
+                return 130 if signum == signal.SIGINT else 0
+    return 0
+
+
 def _logging(args: argparse.Namespace) -> None:
-    default = "info" if args.command == "serve" else "warning"
+    default = "info" if args.command in ("serve", "worker") else "warning"
     level = "debug" if getattr(args, "verbose", False) else getattr(args, "log_level", default)
     configure_logging(
         level=getattr(logging, level.upper()),
@@ -405,7 +479,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "serve":
             return _serve(args)
-        runner = {"chaos": _chaos, "demo": _demo}[args.command]
+        runner = {"chaos": _chaos, "demo": _demo, "worker": _worker}[args.command]
         return trio.run(runner, args)
     except BaseExceptionGroup as group:
         # Raised inside trio nurseries, these arrive in exception groups.

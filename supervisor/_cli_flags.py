@@ -576,14 +576,65 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="run the --authenticate hook once the opening frame arrived, with the frame's "
         "secret as handshake.credential (browsers: no header, no secret in the URL)",
     )
+    _add_engine_bus_flags(serve)
+    _add_engine_flags(serve)
+    _add_logging_flags(serve)
+
+
+def _add_engine_bus_flags(serve: argparse.ArgumentParser) -> None:
+    """Where ``serve``'s engine runs: here (``--engine``) or in workers (``--engine-bus``)."""
     serve.add_argument(
         "--engine",
         metavar="MODULE:FACTORY",
         help="your engine: FACTORY() in MODULE returns an object with start, answer and stop "
         "(the Engine protocol); default: the demo engine and its flags",
     )
-    _add_engine_flags(serve)
-    _add_logging_flags(serve)
+    serve.add_argument(
+        "--engine-bus",
+        metavar="URL",
+        help="feed engine workers ('duplex-supervisor worker') over the Redis at URL instead "
+        "of running an engine in this process (start the workers first: their client event "
+        "types are read at start)",
+    )
+    serve.add_argument(
+        "--engine-pool",
+        default="default",
+        metavar="NAME",
+        help="the engine pool on --engine-bus (default 'default')",
+    )
+
+
+def _add_worker(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    worker = commands.add_parser(
+        "worker",
+        help="run an engine in this process, fed by gateways over a bus",
+        description="Run your Engine (or the demo engine) as one worker of an engine pool: it "
+        "takes the inputs and client events gateways ('serve --engine-bus URL') put on the "
+        "bus, and sends the engine's events back. A worker that dies leaves its work to the "
+        "others after --visibility-timeout. Runs until Ctrl-C or SIGTERM.",
+    )
+    worker.add_argument("--bus", required=True, metavar="URL", help="the Redis of the bus")
+    worker.add_argument(
+        "--engine",
+        metavar="MODULE:FACTORY",
+        help="your engine: FACTORY() in MODULE returns an Engine; default: the demo engine",
+    )
+    worker.add_argument(
+        "--engine-pool",
+        default="default",
+        metavar="NAME",
+        help="the engine pool to serve (default 'default')",
+    )
+    worker.add_argument(
+        "--visibility-timeout",
+        type=_positive(float),
+        default=5.0,
+        metavar="SECONDS",
+        help="how long work a worker holds may go without its heartbeat before another "
+        "worker takes it over (default 5; the same on every worker of the pool)",
+    )
+    _add_engine_flags(worker)
+    _add_logging_flags(worker)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -600,6 +651,7 @@ def parser() -> argparse.ArgumentParser:
     commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     _add_serve(commands)
+    _add_worker(commands)
 
     chaos = commands.add_parser(
         "chaos",
@@ -646,6 +698,21 @@ def parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="the Redis the processes share (redis://host:port/db), or 'local': start a "
         "redis-server from PATH on a free loopback port for the run and stop it after",
+    )
+    workers = demo.add_argument_group("engines in other processes")
+    workers.add_argument(
+        "--engine-workers",
+        type=_positive(int),
+        metavar="N",
+        help="run the demo engine in N 'worker' processes fed over --bus; the first is "
+        "SIGKILLed halfway through and the others take its work over; the table adds "
+        "'engine workers killed', 'inputs redelivered' and 'fenced engine messages'",
+    )
+    workers.add_argument(
+        "--bus",
+        metavar="URL",
+        help="the Redis of the engine bus (redis://host:port/db), or 'local': start a "
+        "redis-server from PATH for the run",
     )
     demo.add_argument(
         "--server",

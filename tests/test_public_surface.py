@@ -180,6 +180,9 @@ PUBLIC_MODULES = {
     "supervisor.testing",
     "supervisor.redis_store",
     "supervisor.gateway.asgi",
+    "supervisor.messages",
+    "supervisor.engine_bus",
+    "supervisor.worker",
 }
 
 

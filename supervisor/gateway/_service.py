@@ -136,6 +136,10 @@ class GatewayService:
             on_engine_close=self.on_engine_close,
         )
         self._task_group = task_group
+        # An engine that runs tasks of its own (BusEngine's pump) gets the group.
+        run_in = getattr(engine, "run_in", None)
+        if callable(run_in):
+            run_in(task_group)
         self._authenticate = authenticate
         self._live: dict[str, Transport] = {}
         self._sockets: set[Transport] = set()

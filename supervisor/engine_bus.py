@@ -1,0 +1,410 @@
+"""The engine bus on Redis Streams: gateways feed engine workers in other processes.
+
+Keys, all under one hash tag per engine pool (``<prefix>{<pool>}``), so every
+script touches one slot:
+
+* ``:in``, a stream: what gateways say to the pool's engines
+  (`supervisor.messages.GatewayMessage`), read by the workers as one
+  consumer group, ``workers``. An entry stays pending under the worker that
+  read it until that worker acknowledges it (an input once answered, an
+  ``open`` once ``engine.start`` returned). A worker heartbeats what it
+  holds; an entry idle past the visibility timeout (its worker died or
+  stopped) is claimed by another worker (``XAUTOCLAIM``) and done again.
+* ``:out:<gateway>``, a stream per gateway process: the engine messages for
+  the sessions it owns.
+* ``:owner`` and ``:lease``, hashes: per session, the gateway that owns it
+  and its lease generation (grows at each `claim_session`: an open, or a
+  takeover by another process).
+* ``:seen:<session>``, a set: the idempotency keys published for it.
+* ``:types``, a set: the client event types the workers' engine takes.
+* ``:counts``, a hash: ``redelivered``, ``fenced``, ``duplicates``.
+
+A worker's `publish` is one Lua script, so it is atomic: it refuses (and
+counts as fenced) a message for an entry that is no longer pending under
+that worker (another worker claimed it: this one is late) or from a lease
+generation older than the session's; it drops (and counts) a ``message_id``
+already published; else it appends the message to the owner's stream. So a
+redelivered input answered twice is journaled once, and a late worker never
+writes into a session that moved on.
+
+The scripts name keys they compute (the owner's stream), so the bus runs on
+one Redis (or Valkey) node, not a cluster.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar, cast
+
+import anyio
+import anyio.to_thread
+
+from actors._errors import StoreUnavailableError
+from supervisor.messages import (
+    EngineMessage,
+    GatewayMessage,
+    MessageError,
+    decode,
+    encode,
+)
+
+try:
+    import redis
+except ModuleNotFoundError:  # pragma: no cover - redis is a dependency
+    redis = None  # type: ignore[assignment]
+
+__all__ = [
+    "DEFAULT_VISIBILITY_S",
+    "Delivery",
+    "LeaseFence",
+    "PublishVerdict",
+    "RedisEngineBus",
+    "call_until_reachable",
+]
+
+logger = logging.getLogger("duplex_supervisor.supervisor")
+
+#: How long an entry a worker holds may go without a heartbeat before
+#: another worker claims it: what a dead worker's inputs wait, at most.
+DEFAULT_VISIBILITY_S = 5.0
+
+T = TypeVar("T")
+
+GROUP = "workers"
+PublishVerdict = Literal["sent", "fenced", "stale", "duplicate", "orphaned"]
+
+# KEYS: in, lease, owner, counts, seen ; ARGV: group, consumer, entry_id,
+# session_id, lease_generation, message_id, encoded, out_prefix, seen_ttl_ms
+_PUBLISH = """
+local mine = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1, ARGV[2])
+if #mine == 0 then
+  redis.call('HINCRBY', KEYS[4], 'fenced', 1)
+  return 'stale'
+end
+local current = tonumber(redis.call('HGET', KEYS[2], ARGV[4]) or '0')
+if tonumber(ARGV[5]) < current then
+  redis.call('HINCRBY', KEYS[4], 'fenced', 1)
+  return 'fenced'
+end
+if redis.call('SADD', KEYS[5], ARGV[6]) == 0 then
+  redis.call('HINCRBY', KEYS[4], 'duplicates', 1)
+  return 'duplicate'
+end
+redis.call('PEXPIRE', KEYS[5], ARGV[9])
+local owner = redis.call('HGET', KEYS[3], ARGV[4])
+if not owner then return 'orphaned' end
+redis.call('XADD', ARGV[8] .. owner, '*', 'm', ARGV[7])
+return 'sent'
+"""
+
+# KEYS: in ; ARGV: group, consumer, ack (1|0), ids...
+# Only entries still pending under this consumer: a late worker neither
+# heartbeats nor acknowledges what another worker claimed from it.
+_HOLD = """
+local held = 0
+for i = 4, #ARGV do
+  local mine = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1, ARGV[2])
+  if #mine > 0 then
+    held = held + 1
+    if ARGV[3] == '1' then
+      redis.call('XACK', KEYS[1], ARGV[1], ARGV[i])
+      redis.call('XDEL', KEYS[1], ARGV[i])
+    else
+      redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[i], 'JUSTID')
+    end
+  end
+end
+return held
+"""
+
+# KEYS: lease, owner ; ARGV: session_id, gateway
+_CLAIM = """
+local generation = redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+return generation
+"""
+
+# KEYS: lease, owner, seen ; ARGV: session_id, gateway
+_RELEASE = """
+if redis.call('HGET', KEYS[2], ARGV[1]) == ARGV[2] then
+  redis.call('HDEL', KEYS[2], ARGV[1])
+  redis.call('DEL', KEYS[3])
+  return 1
+end
+return 0
+"""
+
+
+#: How long a call to an unreachable Redis waits before it is tried again.
+RETRY_S = 0.2
+
+
+async def call_until_reachable(call: Callable[..., T], *args: object) -> T:
+    """``call(*args)`` on a worker thread, tried again while Redis is unreachable
+    (a restart): what a worker or a gateway sends is delayed, never dropped."""
+    while True:
+        try:
+            return await anyio.to_thread.run_sync(call, *args, abandon_on_cancel=True)
+        except StoreUnavailableError as exc:
+            logger.warning("engine bus: %s; trying again", exc)
+            await anyio.sleep(RETRY_S)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Delivery:
+    """One entry of the input stream, as a worker received it."""
+
+    entry_id: str
+    message: GatewayMessage
+    #: Another worker had it first (claimed after the visibility timeout).
+    redelivered: bool
+
+
+class LeaseFence:
+    """The gateway's side of fencing: per session the lease generation it holds;
+    an engine message from an older one is refused and counted."""
+
+    def __init__(self) -> None:
+        self._current: dict[str, int] = {}
+        self.fenced = 0
+
+    def hold(self, session_id: str, lease_generation: int) -> None:
+        self._current[session_id] = max(self._current.get(session_id, 0), lease_generation)
+
+    def drop(self, session_id: str) -> None:
+        self._current.pop(session_id, None)
+
+    def generation(self, session_id: str) -> int | None:
+        return self._current.get(session_id)
+
+    def admit(self, message: EngineMessage) -> bool:
+        """Whether ``message`` may reach its session here (held, and not older)."""
+        current = self._current.get(message.session_id)
+        if current is None or message.lease_generation < current:
+            self.fenced += 1
+            return False
+        return True
+
+
+def _stream_entries(answer: Any) -> list[Any]:
+    """The entries of an ``XREAD``/``XREADGROUP`` answer (RESP2 list or RESP3 map)."""
+    streams = answer.values() if isinstance(answer, dict) else [s[1] for s in answer or ()]
+    return [entry for entries in streams for entry in entries]
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class RedisEngineBus:
+    """The bus of one engine pool on one Redis; safe to share between threads."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        pool: str = "default",
+        prefix: str = "duplex:bus:",
+        visibility_s: float = DEFAULT_VISIBILITY_S,
+        seen_ttl_s: float = 24 * 3600.0,
+        timeout_s: float = 5.0,
+    ) -> None:
+        if redis is None:  # pragma: no cover
+            raise StoreUnavailableError("redis-py is not installed")
+        if visibility_s <= 0:
+            raise ValueError("visibility_s must be > 0")
+        self.where = url.rsplit("@", 1)[-1]  # never the password
+        self.visibility_s = visibility_s
+        self._visibility_ms = int(visibility_s * 1000)
+        self._seen_ttl_ms = int(seen_ttl_s * 1000)
+        self._timeout_s = timeout_s
+        self._base = f"{prefix}{{{pool}}}"
+        self._in = f"{self._base}:in"
+        self._lease = f"{self._base}:lease"
+        self._owner = f"{self._base}:owner"
+        self._counts = f"{self._base}:counts"
+        self._types = f"{self._base}:types"
+        self._client = redis.Redis.from_url(
+            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
+        )
+        self._publish = self._client.register_script(_PUBLISH)
+        self._hold = self._client.register_script(_HOLD)
+        self._claim = self._client.register_script(_CLAIM)
+        self._release = self._client.register_script(_RELEASE)
+        self._group_ready = False
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(where={self.where!r}, base={self._base!r})"
+
+    def close(self) -> None:
+        self._client.close()
+
+    @contextlib.contextmanager
+    def _reachable(self) -> Iterator[None]:
+        try:
+            yield
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            self._group_ready = False  # a restarted Redis may have lost the group
+            raise StoreUnavailableError(
+                f"Redis at {self.where} is unavailable ({type(exc).__name__})"
+            ) from None
+
+    def _seen(self, session_id: str) -> str:
+        return f"{self._base}:seen:{session_id}"
+
+    def out_stream(self, gateway: str) -> str:
+        return f"{self._base}:out:{gateway}"
+
+    # -- the gateway's side ------------------------------------------------
+
+    def claim_session(self, session_id: str, gateway: str) -> int:
+        """Make ``gateway`` the session's owner; its new lease generation."""
+        with self._reachable():
+            return int(self._claim(keys=[self._lease, self._owner], args=[session_id, gateway]))
+
+    def release_session(self, session_id: str, gateway: str) -> bool:
+        """The session ended here: engine messages for it are dropped from now on."""
+        with self._reachable():
+            keys = [self._lease, self._owner, self._seen(session_id)]
+            return bool(self._release(keys=keys, args=[session_id, gateway]))
+
+    def submit(self, message: GatewayMessage) -> str:
+        """Put ``message`` on the pool's input stream; its entry id."""
+        with self._reachable():
+            return _text(self._client.xadd(self._in, {"m": encode(message)}))
+
+    def read_events(
+        self, gateway: str, after: str, *, count: int = 256, block_s: float = 1.0
+    ) -> list[tuple[str, EngineMessage]]:
+        """Engine messages on ``gateway``'s stream after entry ``after`` (waits
+        up to ``block_s`` for the first); undecodable entries are logged and skipped."""
+        stream = self.out_stream(gateway)
+        with self._reachable():
+            answer: Any = self._client.xread(
+                {stream: after}, count=count, block=max(1, int(block_s * 1000))
+            )
+        found: list[tuple[str, EngineMessage]] = []
+        for entry_id, fields in _stream_entries(answer):
+            message = self._decoded(fields)
+            if message is not None:
+                found.append((_text(entry_id), cast(EngineMessage, message)))
+        return found
+
+    def trim_events(self, gateway: str, through: str) -> None:
+        """Forget ``gateway``'s engine messages through entry ``through`` (applied)."""
+        with self._reachable():
+            self._client.xtrim(self.out_stream(gateway), minid=through, approximate=False)
+            self._client.xdel(self.out_stream(gateway), through)
+
+    # -- the worker's side -------------------------------------------------
+
+    def _ensure_group(self) -> None:
+        if self._group_ready:
+            return
+        try:
+            self._client.xgroup_create(self._in, GROUP, id="0", mkstream=True)
+        except redis.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+        self._group_ready = True
+
+    def _decoded(self, fields: dict[Any, Any]) -> object:
+        raw = fields.get(b"m", fields.get("m"))
+        try:
+            return decode(raw if raw is not None else b"")
+        except MessageError as exc:
+            logger.warning("engine bus: skipping a message that is not one: %s", exc)
+            return None
+
+    def receive(self, consumer: str, *, count: int = 16, block_s: float = 1.0) -> list[Delivery]:
+        """What ``consumer`` should do next: entries another worker left idle past
+        the visibility timeout first (claimed now), else new ones (waits up to
+        ``block_s``). An entry that is not a message is acknowledged and skipped."""
+        with self._reachable():
+            self._ensure_group()
+            claimed = self._client.xautoclaim(
+                self._in, GROUP, consumer, self._visibility_ms, "0-0", count=count
+            )
+            entries = claimed[1] if claimed else []
+            redelivered = bool(entries)
+            if redelivered:
+                self._client.hincrby(self._counts, "redelivered", len(entries))
+            else:
+                answer: Any = self._client.xreadgroup(
+                    GROUP, consumer, {self._in: ">"}, count=count, block=max(1, int(block_s * 1000))
+                )
+                entries = _stream_entries(answer)
+        deliveries: list[Delivery] = []
+        for entry_id, fields in entries:
+            message = self._decoded(fields or {})
+            if message is None:
+                self.acknowledge(consumer, [_text(entry_id)])
+                continue
+            deliveries.append(
+                Delivery(
+                    entry_id=_text(entry_id),
+                    message=cast(GatewayMessage, message),
+                    redelivered=redelivered,
+                )
+            )
+        return deliveries
+
+    def publish(self, consumer: str, entry_id: str, message: EngineMessage) -> PublishVerdict:
+        """Send ``message``, produced by ``consumer`` for input entry ``entry_id``."""
+        keys = [self._in, self._lease, self._owner, self._counts, self._seen(message.session_id)]
+        args: list[str | int | bytes] = [
+            GROUP,
+            consumer,
+            entry_id,
+            message.session_id,
+            message.lease_generation,
+            message.message_id,
+            encode(message),
+            f"{self._base}:out:",
+            self._seen_ttl_ms,
+        ]
+        with self._reachable():
+            self._ensure_group()
+            return cast(PublishVerdict, _text(self._publish(keys=keys, args=args)))
+
+    def heartbeat(self, consumer: str, entry_ids: Iterable[str]) -> int:
+        """Keep what ``consumer`` holds from being claimed; how many it still holds."""
+        return self._held(consumer, entry_ids, acknowledge=False)
+
+    def acknowledge(self, consumer: str, entry_ids: Sequence[str]) -> int:
+        """Done with ``entry_ids`` (only those ``consumer`` still holds)."""
+        return self._held(consumer, entry_ids, acknowledge=True)
+
+    def _held(self, consumer: str, entry_ids: Iterable[str], *, acknowledge: bool) -> int:
+        ids = list(entry_ids)
+        if not ids:
+            return 0
+        with self._reachable():
+            self._ensure_group()
+            args = [GROUP, consumer, "1" if acknowledge else "0", *ids]
+            return int(self._hold(keys=[self._in], args=args))
+
+    def declare_event_types(self, types: Iterable[str]) -> None:
+        """A worker says which client event types its engine takes."""
+        names = sorted(types)
+        if names:
+            with self._reachable():
+                self._client.sadd(self._types, *names)
+
+    def declared_event_types(self) -> frozenset[str]:
+        """What the pool's workers declared (`declare_event_types`)."""
+        with self._reachable():
+            return frozenset(_text(name) for name in self._client.smembers(self._types))
+
+    # -- what happened -----------------------------------------------------
+
+    def counts(self) -> dict[str, int]:
+        """``redelivered``, ``fenced`` (by lease or a late worker), ``duplicates``."""
+        with self._reachable():
+            raw = self._client.hgetall(self._counts)
+        counts = {"redelivered": 0, "fenced": 0, "duplicates": 0}
+        counts.update({_text(k): int(v) for k, v in raw.items()})
+        return counts
