@@ -17,7 +17,8 @@ decides; session actors carry out:
 * **Passivation.** On each sweep the supervisor proposes parking to detached
   sessions; a parked session's next message wakes the supervisor, which starts
   a new actor from the parked data. A sweep prunes and expires parked
-  sessions on their data, without starting them.
+  sessions on their data, without starting them, and only those due
+  (`ParkedDeadlines`: a heap by grace or oldest event's TTL).
 
 The supervisor and every session are `LoopActor`s on the registry's event
 loop: no thread is started to create, wake or restart a session.

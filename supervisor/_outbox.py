@@ -3,9 +3,10 @@
 An outbox is one attachment generation's wire. Session actors post
 deliveries to it from their threads; a `CoalescingPort` carries each
 post onto the loop (many posts, one wake-up while the loop is busy); one pump
-task per outbox sends the frames, in order, through the transport's async
-``send`` and settles every delivery: the waiting caller gets its value or the
-send's exception; an activation reports its outcome to the session first.
+task per outbox (on trio, started by its first delivery) sends the frames,
+in order, through the transport's async ``send`` and settles every
+delivery: the waiting caller gets its value or the send's exception; an
+activation reports its outcome to the session first.
 
 The delivery logic is written once, as coroutines that await only what the
 loop-specific subclass supplies (park/wake, a timed call, sleeping), so the

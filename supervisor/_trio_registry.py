@@ -7,9 +7,10 @@
         await registry.send_event("s1", {"type": "delta", "text": "hi"})
 
 ``send`` and ``close`` are trio async functions. Each attachment's outbox
-pump runs in the registry's nursery; ``on_accepted``, observer callbacks and
-replies reach the loop through ``TrioToken.run_sync_soon``, coalesced, so a
-waiting task never parks a thread.
+pump runs in the registry's nursery, from its first delivery on;
+``on_accepted``, observer callbacks and replies reach the loop through
+``TrioToken.run_sync_soon``, coalesced, so a waiting task never parks a
+thread (from the loop's own thread, through a drain task: `LocalDrain`).
 """
 
 from __future__ import annotations
