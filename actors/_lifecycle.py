@@ -11,6 +11,7 @@ know. Pure: no I/O, no threads, no event loop.
 from __future__ import annotations
 
 import enum
+import math
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -203,6 +204,13 @@ class ParkedSession:
         """This session with its journal pruned by TTL at ``now``, as a sweep would."""
         journal = self.journal.pruned(now, ttl_s)
         return self if journal is self.journal else replace(self, journal=journal)
+
+    def sweep_due(self, disconnect_grace_s: float | None, ttl_s: float) -> float:
+        """When a sweep next has work here: the expiry, or the oldest
+        event's TTL, whichever comes first (``inf``: never)."""
+        due = math.inf if disconnect_grace_s is None else self.detached_since + disconnect_grace_s
+        entries = self.journal.entries
+        return min(due, entries[0].created_monotonic + ttl_s) if entries else due
 
     def expired(self, now: float, disconnect_grace_s: float | None) -> bool:
         """Left detached past the disconnect grace (a live session's Tick rule)."""

@@ -17,7 +17,8 @@ decides; session actors carry out:
 * **Passivation.** On each sweep the supervisor proposes parking to detached
   sessions; a parked session's next message wakes the supervisor, which starts
   a new actor from the parked data. A sweep prunes and expires parked
-  sessions on their data, without starting them.
+  sessions on their data, without starting them, and only those due
+  (`ParkedDeadlines`: a heap by grace or oldest event's TTL).
 
 The supervisor and every session are `LoopActor`s on the registry's event
 loop: no thread is started to create, wake or restart a session.
@@ -86,6 +87,7 @@ from supervisor._supervision import (
     Crashed,
     Create,
     Gone,
+    ParkedDeadlines,
     PollTimers,
     Proceed,
     RegistryStats,
@@ -231,6 +233,7 @@ class SessionSystem:
         #: The supervisor's state: crash windows, timers, health; see Books.
         self.timers = Timers(self.clock)
         self.books = Books()
+        self._parked_due = ParkedDeadlines()
         self._closed = False
         self._takeover_lock = threading.Lock()
         # Built on the loop it will run on: a blocking future's get() there
@@ -348,6 +351,12 @@ class SessionSystem:
 
     def actor_parked(self, actor: SessionActor, parked: ParkedSession) -> None:
         self.books.actor_parked(actor, parked)
+        self._file_parked(actor.mailbox, parked)
+
+    def _file_parked(self, mailbox: SessionMailbox, parked: ParkedSession) -> None:
+        config = self.config
+        due = parked.sweep_due(config.disconnect_grace_s, config.replay_ttl_s)
+        self._parked_due.file(due, mailbox, parked)
 
     def session_crashed(self, report: CrashReport) -> None:
         self.tell_supervisor(Crashed(report=report))
@@ -407,12 +416,9 @@ class SessionSystem:
 
     def _sweep(self, message: Sweep) -> None:
         now = message.now
-        live = []
-        for mailbox in list(self._routes.values()):
-            if mailbox.parked is None:
-                live.append(mailbox)
-            else:
-                self._sweep_parked(mailbox, now)
+        for mailbox, parked in self._parked_due.take_due(now):
+            self._sweep_parked(mailbox, parked, now)
+        live = [mailbox for mailbox in self._routes.values() if mailbox.parked is None]
         countdown = _CountDown(len(live), message.reply)
         tick = Tick(now=now)
         for mailbox in live:
@@ -429,10 +435,7 @@ class SessionSystem:
             self._renew_leases()
         self._judge_health(now)
 
-    def _sweep_parked(self, mailbox: SessionMailbox, now: float) -> None:
-        parked = mailbox.parked
-        if parked is None:
-            return
+    def _sweep_parked(self, mailbox: SessionMailbox, parked: ParkedSession, now: float) -> None:
         if parked.expired(now, self.config.disconnect_grace_s):
             if mailbox.close_if_parked():
                 # What a live session's expiry tells: "expired", then "closed".
@@ -441,10 +444,15 @@ class SessionSystem:
                 self._forget_stored(mailbox)
                 self._notify_parked(parked, "expired", "disconnect_grace")
                 self._notify_parked(parked, "closed", None)
-            return
+            return  # closed, or being woken (its next park files it anew)
         pruned = parked.pruned(now, self.config.replay_ttl_s)
         if pruned is not parked and mailbox.replace_parked(pruned):
             self.books.parked_pruned(parked, pruned)
+            parked = pruned
+        if mailbox.phase == MailboxPhase.PARKED and mailbox.parked is parked:
+            # Due again later (or at the next sweep, where a float's rounding
+            # kept a check just short of its due time).
+            self._file_parked(mailbox, parked)
 
     def _stop_sessions(self, message: Stop) -> None:
         self._closed = True
@@ -509,6 +517,7 @@ class SessionSystem:
             routed.adopt(parked, taken.epoch)
             self._routes[session_id] = routed
             self.books.adopted(parked)
+            self._file_parked(routed, parked)
             self._notify_parked(parked, "taken_over", "store")
         if routed is None:
             answer_unknown(call.reply, call.command, session_id)

@@ -3,9 +3,10 @@
 An outbox is one attachment generation's wire. Session actors post
 deliveries to it from their threads; a `CoalescingPort` carries each
 post onto the loop (many posts, one wake-up while the loop is busy); one pump
-task per outbox sends the frames, in order, through the transport's async
-``send`` and settles every delivery: the waiting caller gets its value or the
-send's exception; an activation reports its outcome to the session first.
+task per outbox (on trio, started by its first delivery) sends the frames,
+in order, through the transport's async ``send`` and settles every
+delivery: the waiting caller gets its value or the send's exception; an
+activation reports its outcome to the session first.
 
 The delivery logic is written once, as coroutines that await only what the
 loop-specific subclass supplies (park/wake, a timed call, sleeping), so the
@@ -45,8 +46,17 @@ class CoalescingPort:
     ended, submissions are dropped (a caller that could wait is gone too).
     """
 
-    def __init__(self, schedule: Callable[[Callable[[], None]], object]) -> None:
+    def __init__(
+        self,
+        schedule: Callable[[Callable[[], None]], object],
+        schedule_here: Callable[[Callable[[], None]], bool] | None = None,
+    ) -> None:
         self._schedule = schedule
+        #: How the loop's own thread schedules a drain without the wake-up
+        #: socket write that ``schedule`` pays (a syscall per reply or mailbox
+        #: post from an inline turn was the largest single cost of creating
+        #: sessions); ``False`` when it cannot (then ``schedule`` is used).
+        self._schedule_here = schedule_here
         self._lock = threading.Lock()
         self._pending: deque[Callable[[], object]] = deque()
         self._scheduled = False
@@ -60,6 +70,9 @@ class CoalescingPort:
             if self._scheduled:
                 return
             self._scheduled = True
+        here = self._schedule_here
+        if here is not None and threading.get_ident() == self.loop_thread_id and here(self._drain):
+            return
         try:
             self._schedule(self._drain)
         except (trio.RunFinishedError, RuntimeError):
@@ -130,6 +143,7 @@ class OutboxCore:
         self._aborted = False
         self._activating = False
         self._sends = 0
+        self._closing = False
         self.finished = False
 
     # -- any thread ------------------------------------------------------------------
@@ -154,7 +168,9 @@ class OutboxCore:
 
     @property
     def idle(self) -> bool:
-        return not self._pending
+        """Nothing left to send, nor a transport's close still to make (a
+        registry's shutdown drain waits for that close too)."""
+        return not self._pending and self._close_reason is None and not self._closing
 
     @property
     def frames_queued(self) -> int:
@@ -297,12 +313,15 @@ class OutboxCore:
             await self._send(frame)
 
     async def _close_now(self, reason: str) -> None:
+        self._closing = True
         try:
             if self._faults is not None:
                 self._faults.check_close(self._session_id)
             await self._within_timeout(lambda: self._close(reason))
         except Exception:  # noqa: BLE001 - a failed close is logged; the session goes on
             logger.warning("closing a transport of session %s failed", self._session_id)
+        finally:
+            self._closing = False
 
     # -- what a loop supplies ---------------------------------------------------------
 
@@ -346,8 +365,19 @@ class TrioOutbox(OutboxCore):
     every awaited send, and a deadline per frame of every replayed frame.
     """
 
-    def __init__(self, *, watchdog: SendWatchdog | None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        watchdog: SendWatchdog | None,
+        nursery: trio.Nursery | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
+        # With a nursery, the pump starts there on the first delivery or
+        # close, not at once: most sessions of a large registry sit detached
+        # or parked, and a task spawned per create was a measured cost of
+        # creating them. Without one, the owner runs ``run`` itself.
+        self._nursery = nursery
         if watchdog is None and self._timeout != math.inf:
             raise ValueError("a trio outbox with a send timeout needs a SendWatchdog")
         self._watchdog = watchdog if self._timeout != math.inf else None
@@ -384,7 +414,19 @@ class TrioOutbox(OutboxCore):
         await self._parked.park()
 
     def _wake(self) -> None:
-        self._parked.wake()
+        nursery = self._nursery
+        if nursery is None:
+            self._parked.wake()
+            return
+        self._nursery = None
+        if self._pending or self._close_reason is not None:
+            try:
+                nursery.start_soon(self.run, name=f"duplex-outbox:{self._session_id}")
+                return
+            except RuntimeError:  # the registry's nursery has closed
+                while self._pending:
+                    settle_dropped(self._pending.popleft(), "cancelled")
+        self.finished = True  # retired before any delivery: no pump at all
 
     async def _within_timeout(self, call: Callable[[], Awaitable[None]]) -> bool:
         scope = self._pump_scope

@@ -44,10 +44,13 @@ class ParkedTask:
 
         await trio.lowlevel.wait_task_rescheduled(abort)
 
-    def wake(self) -> None:
+    def wake(self) -> bool:
+        """Wake the waiting task; ``False`` if none waits."""
         task, self._task = self._task, None
-        if task is not None:
-            trio.lowlevel.reschedule(task, outcome.Value(None))
+        if task is None:
+            return False
+        trio.lowlevel.reschedule(task, outcome.Value(None))
+        return True
 
 
 class TimedSend(Protocol):

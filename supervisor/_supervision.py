@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -224,6 +225,44 @@ class Timers:
         if not self._heap:
             return None
         return min(max(0.0, self._heap[0][0] - self._clock()), self.POLL_S)
+
+
+class ParkedDeadlines:
+    """Parked sessions by when a sweep next has work for them.
+
+    A sweep visits only the parked sessions whose expiry or oldest event's
+    TTL is due, not every parked session each time (100,000 parked sessions
+    made every sweep a walk over all of them). An entry is the parked data
+    it was computed from: one whose mailbox holds other data now (woken,
+    closed, pruned, parked again) is stale and dropped when it comes up,
+    since whoever changed the data filed it anew. Any thread may ``file``
+    (a session parks in its own turn); the sweep takes what is due.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._heap: list[tuple[float, int, SessionMailbox, ParkedSession]] = []
+        self._order = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def file(self, due: float, mailbox: SessionMailbox, parked: ParkedSession) -> None:
+        if due == math.inf:
+            return  # nothing will ever be due: no grace, no event to expire
+        with self._lock:
+            heapq.heappush(self._heap, (due, next(self._order), mailbox, parked))
+
+    def take_due(self, now: float) -> list[tuple[SessionMailbox, ParkedSession]]:
+        """The entries due at ``now`` whose mailbox still holds that data."""
+        taken = []
+        with self._lock:
+            heap = self._heap
+            while heap and heap[0][0] <= now:
+                _, _, mailbox, parked = heapq.heappop(heap)
+                if mailbox.parked is parked:
+                    taken.append((mailbox, parked))
+        return taken
 
 
 class SupervisorInbox(ClosableInbox):

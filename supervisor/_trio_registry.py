@@ -7,14 +7,15 @@
         await registry.send_event("s1", {"type": "delta", "text": "hi"})
 
 ``send`` and ``close`` are trio async functions. Each attachment's outbox
-pump runs in the registry's nursery; ``on_accepted``, observer callbacks and
-replies reach the loop through ``TrioToken.run_sync_soon``, coalesced, so a
-waiting task never parks a thread.
+pump runs in the registry's nursery, from its first delivery on;
+``on_accepted``, observer callbacks and replies reach the loop through
+``TrioToken.run_sync_soon``, coalesced, so a waiting task never parks a
+thread (from the loop's own thread, through a drain task: `LocalDrain`).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -26,7 +27,7 @@ from actors._ports import NO_WAITER
 from supervisor._async_door import AsyncSessionRegistry, LoopReply
 from supervisor._options import RegistryOptions
 from supervisor._outbox import CoalescingPort, OutboxCore, TrioOutbox
-from supervisor._send_watchdog import SendWatchdog
+from supervisor._send_watchdog import ParkedTask, SendWatchdog
 
 __all__ = ["TrioSessionRegistry", "open_session_registry", "serve_registry"]
 
@@ -59,6 +60,35 @@ class TrioReply(LoopReply):
         return self._outcome()
 
 
+class LocalDrain:
+    """A task that runs a port's drain when the loop's own thread asks.
+
+    ``run_sync_soon`` writes to trio's wake-up socket on every call, also
+    from the loop's thread, where waking a parked task is enough. Outside
+    ``run`` (before it starts, after it ended) ``schedule`` declines, so the
+    port falls back to ``run_sync_soon``.
+    """
+
+    __slots__ = ("_drain", "_parked")
+
+    def __init__(self) -> None:
+        self._parked = ParkedTask()
+        self._drain: Callable[[], None] | None = None
+
+    def schedule(self, drain: Callable[[], None]) -> bool:
+        if not self._parked.wake():
+            return False
+        self._drain = drain
+        return True
+
+    async def run(self) -> None:
+        while True:
+            await self._parked.park()
+            drain, self._drain = self._drain, None
+            if drain is not None:
+                drain()
+
+
 class TrioSessionRegistry(AsyncSessionRegistry):
     """The registry `open_session_registry` yields, bound to one trio run.
 
@@ -67,9 +97,13 @@ class TrioSessionRegistry(AsyncSessionRegistry):
     """
 
     def __init__(self, *, options: RegistryOptions, nursery: trio.Nursery) -> None:
-        port = CoalescingPort(trio.lowlevel.current_trio_token().run_sync_soon)
+        self._drainer = LocalDrain()
+        port = CoalescingPort(
+            trio.lowlevel.current_trio_token().run_sync_soon, self._drainer.schedule
+        )
         super().__init__(options=options, port=port)
         self._nursery = nursery
+        nursery.start_soon(self._drainer.run, name="duplex-port-drain")
         timeout = options.send_timeout_s
         # One task bounds every send of the registry (no deadline per send).
         self._watchdog = SendWatchdog(timeout) if timeout is not None else None
@@ -94,9 +128,9 @@ class TrioSessionRegistry(AsyncSessionRegistry):
             send_timeout_s=self._send_timeout_s,
             faults=self._system.transport_faults,
             watchdog=self._watchdog,
+            nursery=self._nursery,
         )
         self._keep(outbox)
-        self._nursery.start_soon(outbox.run, name=f"duplex-outbox:{session_id}")
         return outbox
 
     def _would_block(self, session_id: str) -> BaseException:

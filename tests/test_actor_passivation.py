@@ -7,6 +7,7 @@ import threading
 import pytest
 
 from actors._errors import JournalGapError, SessionFailedError
+from actors._lifecycle import ParkedSession
 from actors._messages import SendEvent
 from actors._session import SessionActor
 from supervisor._faults import FaultPlan
@@ -236,6 +237,47 @@ def test_ttl_and_grace_expire_a_parked_session_without_waking_it() -> None:
             reg.authenticate_resume(
                 "s", resume_token=created.resume_token.plaintext, last_received_server_event_seq=0
             )
+
+
+def test_a_sweep_visits_a_parked_session_only_once_its_ttl_or_grace_is_due(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    visits: list[str] = []
+    expired = ParkedSession.expired
+
+    def counted(self: ParkedSession, now: float, disconnect_grace_s: float | None) -> bool:
+        visits.append(self.session_id)
+        return expired(self, now, disconnect_grace_s)
+
+    monkeypatch.setattr(ParkedSession, "expired", counted)
+    clock, events = FakeClock(), Events()
+    with registry(
+        clock=clock, observer=events, replay_ttl_s=100.0, disconnect_grace_s=1000.0
+    ) as reg:
+        reg.create("events", send=Wire().send_blocking, close=lambda r: None)
+        reg.send_events("events", [{"n": 1}])
+        reg.create("quiet", send=Wire().send_blocking, close=lambda r: None)
+        reg.detach("events")
+        reg.detach("quiet")
+        _park(reg, clock, events, "events")
+        events.wait_for("passivated", "quiet")
+        for _ in range(3):
+            clock.now += 20
+            reg.sweep()  # nothing due: neither parked session is looked at
+        assert visits == []
+        clock.now += 50  # past the event's TTL (parked at 30, sent at 0)
+        reg.sweep()
+        assert visits == ["events"]
+        assert reg.stats().bytes_retained == 0
+        clock.now += 20
+        reg.sweep()  # pruned: nothing due until the grace runs out
+        assert visits == ["events"]
+        clock.now += 1000
+        reg.sweep()
+        events.wait_for("expired", "quiet")
+        events.wait_for("expired", "events")
+        assert sorted(visits) == ["events", "events", "quiet"]
+        assert reg.stats().parked == 0
 
 
 def test_ttl_pruned_while_parked_is_a_ttl_gap_after_waking() -> None:

@@ -1,0 +1,101 @@
+"""What an idle session costs the trio door's loop: no pump task until its
+first send, and no wake-up socket write for what the loop tells itself."""
+
+from __future__ import annotations
+
+import threading
+
+import trio
+
+from supervisor._outbox import CoalescingPort
+from supervisor._trio_registry import LocalDrain
+from tests.trio_support import LIMIT, TokenCatcher, Wire, registry
+
+
+def _task_names() -> list[str]:
+    names: list[str] = []
+    root = trio.lowlevel.current_root_task()
+    assert root is not None
+    todo = [root]
+    while todo:
+        task = todo.pop()
+        names.append(task.name)
+        todo.extend(t for nursery in task.child_nurseries for t in nursery.child_tasks)
+    return names
+
+
+def _pumps() -> list[str]:
+    return [name for name in _task_names() if name.startswith("duplex-outbox:")]
+
+
+async def test_a_session_never_sent_to_never_starts_a_pump() -> None:
+    with trio.fail_after(LIMIT):
+        async with registry() as reg:
+            wire = Wire()
+            await reg.create("quiet", send=wire.send, close=wire.close)
+            await trio.testing.wait_all_tasks_blocked()
+            assert _pumps() == []
+            await reg.detach("quiet")
+            await trio.testing.wait_all_tasks_blocked()
+            assert _pumps() == []
+            await reg.create("busy", send=wire.send, close=wire.close)
+            assert await reg.send_event("busy", {"n": 1}) is not None
+            assert _pumps() == ["duplex-outbox:busy"]
+            assert wire.seqs() == [1]
+
+
+async def test_an_outbox_replaced_before_any_send_never_starts_a_pump() -> None:
+    with trio.fail_after(LIMIT):
+        async with registry() as reg:
+            old, new = Wire(), Wire()
+            created = await reg.create("s", send=old.send, close=old.close)
+            await trio.testing.wait_all_tasks_blocked()
+            assert _pumps() == []
+            resumed = await reg.resume(
+                "s",
+                resume_token=created.resume_token.plaintext,
+                last_received_server_event_seq=0,
+                send=new.send,
+                close=new.close,
+                activation_payload_factory=TokenCatcher(),
+            )
+            assert resumed.replaced_attachment is not None
+            await trio.testing.wait_all_tasks_blocked()
+            # Only the new attachment's pump (it sent the activation) ran.
+            assert len(_pumps()) == 1
+            assert old.frames == [] and len(new.frames) == 1
+
+
+async def test_a_submit_from_the_loop_wakes_the_drain_task_without_run_sync_soon() -> None:
+    token = trio.lowlevel.current_trio_token()
+    scheduled: list[object] = []
+
+    def schedule(fn: object) -> None:
+        scheduled.append(fn)
+        token.run_sync_soon(fn)  # type: ignore[arg-type]
+
+    drainer = LocalDrain()
+    port = CoalescingPort(schedule, drainer.schedule)
+    ran: list[str] = []
+    with trio.fail_after(LIMIT):
+        # Before the drain task runs, a submit falls back to ``schedule``.
+        port.submit(lambda: ran.append("before"))
+        assert len(scheduled) == 1
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(drainer.run)
+            while ran != ["before"]:
+                await trio.sleep(0)
+            await trio.testing.wait_all_tasks_blocked()
+            port.submit(lambda: ran.append("here 1"))
+            port.submit(lambda: ran.append("here 2"))
+            while len(ran) < 3:
+                await trio.sleep(0)
+            assert len(scheduled) == 1  # the loop's own submits used no socket write
+            # Another thread's submit still goes through ``schedule``.
+            await trio.to_thread.run_sync(lambda: port.submit(lambda: ran.append("thread")))
+            while len(ran) < 4:
+                await trio.sleep(0)
+            assert len(scheduled) == 2
+            nursery.cancel_scope.cancel()
+    assert ran == ["before", "here 1", "here 2", "thread"]
+    assert threading.get_ident() == port.loop_thread_id
