@@ -30,6 +30,7 @@ from benchmarks.lifecycle import (
     resume_replay,
 )
 from supervisor._extras import MissingExtraError, require
+from supervisor.gateway._servers import NEEDS
 
 SCENARIOS: dict[str, Callable[[Size], Awaitable[list[Result]]]] = {
     "send_latency": send_latency,
@@ -119,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.plot:
             require("matplotlib", "--plot")
         if "gateway" in names:
-            for module in ("uvicorn", "hypercorn"):  # the scenario measures every shell
+            for module in NEEDS.values():  # the scenario measures every shell
                 require(module, "the gateway scenario")
     except MissingExtraError as exc:
         print(f"python -m benchmarks: {exc}", file=sys.stderr)

@@ -21,6 +21,7 @@ import sys
 import trio
 
 from supervisor._extras import MissingExtraError, require
+from supervisor.gateway._servers import NEEDS
 from supervisor.gateway._wire_client import WireClient
 
 SERVERS = ("trio", "asgi-uvicorn", "asgi-hypercorn")
@@ -99,7 +100,7 @@ if __name__ == "__main__":
     parser.add_argument("--inputs", type=int, default=200)
     args = parser.parse_args()
     try:  # it runs every server: say what is missing before the first one starts
-        for module in ("uvicorn", "hypercorn"):
+        for module in NEEDS.values():
             require(module, "python -m benchmarks.gateway_servers")
     except MissingExtraError as exc:
         sys.exit(f"{exc}")

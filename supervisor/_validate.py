@@ -15,6 +15,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Mapping
 
+from actors import _transition as transition
 from actors._errors import InvalidInputError, InvalidPayloadError, InvalidSessionIdError
 
 __all__ = [
@@ -32,8 +33,7 @@ def check_session_id(session_id: object, *, strict: bool) -> None:
         InvalidSessionIdError: (a ``TypeError`` and ``ValueError``) otherwise.
     """
     if strict:
-        if not isinstance(session_id, str) or not session_id:
-            raise InvalidSessionIdError("session id must be a non-empty string")
+        transition.check_session_id(session_id, strict=True)  # the machine's own rule
         return
     try:
         hash(session_id)
@@ -49,8 +49,8 @@ def check_generation(value: object, *, what: str, optional: bool, strict: bool) 
     """
     if not strict or (value is None and optional):
         return
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidInputError(f"{what} must be an int, got {type(value).__name__}")
+    transition.check_generation(value, what=what, optional=optional)  # an int, not a bool
+    assert isinstance(value, int)  # noqa: S101 - just checked
     if value < 0:
         raise InvalidInputError(f"{what} must be >= 0")
 
