@@ -59,6 +59,9 @@ class CrashReport:
     actor_urn: str
     #: ``handle``: a command's handler; ``reactivate``: bringing a parked session back.
     during: Literal["handle", "reactivate"]
+    #: The registry's clock at the crash: the restart budget counts the crash
+    #: then, not when the supervisor gets to the report.
+    crashed_at: float
     #: The restored state passed its invariant check (always True for ``reactivate``).
     state_sound: bool = True
     #: A retried internal command crashed again: restarting would loop.

@@ -230,6 +230,7 @@ class SessionActor(LoopActor):
                     mailbox=self._mailbox,
                     actor_urn=self.actor_urn,
                     during="reactivate",
+                    crashed_at=context.clock(),
                 )
             )
             return
@@ -442,6 +443,7 @@ class SessionActor(LoopActor):
                 mailbox=self._mailbox,
                 actor_urn=self.actor_urn,
                 during="handle",
+                crashed_at=self._context.clock(),
                 state_sound=sound,
                 retry_crashed=call.internal and not retry,
             )

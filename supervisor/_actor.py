@@ -30,6 +30,7 @@ successor: none is dropped, however many supervisors die in a row.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import logging
 import threading
@@ -576,28 +577,31 @@ class SessionSystem:
     def _decide(self, message: Crashed) -> None:
         """Apply the restart policy to one crash (OTP's intensity, then escalation)."""
         report = message.report
-        now = self.clock()
+        # Counted at the crash, not at this reading: the report may have
+        # waited in the inbox while the clock moved (a jumped fake clock
+        # made that visible as a budget spent by crashes a window apart).
+        crashed_at = report.crashed_at
         books = self.books
         if report.during == "reactivate":
             # That actor has stopped: keep its counts, drop it from the live ones.
             books.reactivation_crashed(report.mailbox)
             books.retire(report.actor_urn, "reactivate_crashed")
-        books.registry_crashes.append(now)
-        healthy = self._judge_health(now)
+        bisect.insort(books.registry_crashes, crashed_at)
+        healthy = self._judge_health(crashed_at)
         times = books.crash_times.setdefault(report.session_id, [])
-        times.append(now)
+        bisect.insort(times, crashed_at)
         restart = (
             healthy
             and report.state_sound
             and not report.retry_crashed
-            and self.policy.allows_restart(times, now)
+            and self.policy.allows_restart(times, crashed_at)
         )
         if not restart:
             self._give_up(report)
             return
         delay = self.policy.backoff_s_for(len(times))
         if delay > 0:
-            self.timers.schedule(now + delay, Proceed(report=report))
+            self.timers.schedule(self.clock() + delay, Proceed(report=report))
         else:
             self._proceed(Proceed(report=report))
 

@@ -13,7 +13,8 @@ class RestartPolicy:
     """What the supervisor decides when a session crashes (OTP's restart intensity).
 
     More than ``max_restarts`` crashes of one session within ``within_s``
-    seconds (of the registry's clock) and the supervisor closes the session
+    seconds (of the registry's clock, each crash at the time it happened, not
+    when the supervisor read its report) and the supervisor closes the session
     (``close("session_failed")``) instead of restarting it.
 
     ``backoff_s`` delays each restart by ``backoff_s * 2**(n-1)`` (n: crashes

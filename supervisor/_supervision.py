@@ -306,9 +306,10 @@ class Books:
         self._escalations = 0
         self.takeovers = 0
         self.healthy = True
-        #: Per session id: its crashes within the policy's window.
+        #: Per session id: its crashes within the policy's window, in order,
+        #: each at the time its report was stamped (the crash's).
         self.crash_times: dict[str, list[float]] = {}
-        #: The whole registry's crashes within the window (escalation).
+        #: The whole registry's crashes within the window (escalation), likewise.
         self.registry_crashes: list[float] = []
 
     def actor_started(self, actor: SessionActor) -> None:
