@@ -9,7 +9,8 @@ the gateway, `supervisor.gateway`, are public modules of their own).
 * asyncio: ``async with supervisor.open_asyncio_registry(...) as registry``
 * threads: ``with supervisor.ThreadSessionRegistry(...) as registry``
 
-Every door takes the keyword arguments of `RegistryOptions` and has
+Every door takes the keyword arguments of `RegistryOptions` (typed as
+`RegistryOptionsDict`, so a type checker refuses a misspelled one) and has
 every method of the seed's registry, with the same names, parameters,
 results and errors.
 """
@@ -55,7 +56,7 @@ from supervisor._asyncio_registry import AsyncioSessionRegistry
 from supervisor._asyncio_registry import open_session_registry as open_asyncio_registry
 from supervisor._faults import FaultPlan, InjectedFaultError
 from supervisor._memory_store import MemoryStore
-from supervisor._options import RegistryOptions
+from supervisor._options import RegistryOptions, RegistryOptionsDict
 from supervisor._policy import RestartPolicy
 from supervisor._threads import BlockingClose, BlockingSend, ThreadSessionRegistry
 from supervisor._trio_registry import TrioSessionRegistry, open_session_registry
@@ -84,6 +85,7 @@ __all__ = [
     "MemoryStore",
     "RegistryClosedError",
     "RegistryOptions",
+    "RegistryOptionsDict",
     "RegistryStats",
     "RestartPolicy",
     "ResumeResult",

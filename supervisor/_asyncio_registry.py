@@ -18,12 +18,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Unpack
 
 from actors._messages import CloseCallable, SendCallable
 from actors._ports import NO_WAITER
 from supervisor._async_door import AsyncSessionRegistry, LoopReply
-from supervisor._options import RegistryOptions
+from supervisor._options import RegistryOptions, RegistryOptionsDict
 from supervisor._outbox import AsyncioOutbox, CoalescingPort, OutboxCore
 
 __all__ = ["AsyncioSessionRegistry", "open_session_registry"]
@@ -62,7 +62,7 @@ class AsyncioSessionRegistry(AsyncSessionRegistry):
     ``max_pending_per_session`` calls in flight.
     """
 
-    def __init__(self, **options: Any) -> None:
+    def __init__(self, **options: Unpack[RegistryOptionsDict]) -> None:
         self._loop = asyncio.get_running_loop()
         super().__init__(
             options=RegistryOptions(**options),
@@ -159,7 +159,9 @@ class AsyncioSessionRegistry(AsyncSessionRegistry):
 
 
 @asynccontextmanager
-async def open_session_registry(**options: Any) -> AsyncIterator[AsyncioSessionRegistry]:
+async def open_session_registry(
+    **options: Unpack[RegistryOptionsDict],
+) -> AsyncIterator[AsyncioSessionRegistry]:
     """Run a session registry on the running asyncio loop, for the block's duration.
 
     The asyncio twin of the trio door's ``open_session_registry``: the same

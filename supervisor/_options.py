@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 from actors._messages import LifecycleEvent
 from actors._ports import LoopPort
@@ -14,7 +15,39 @@ from supervisor._actor import DEFAULT_PASSIVATE_AFTER_S, SessionSystem
 from supervisor._faults import FaultPlan
 from supervisor._policy import RestartPolicy
 
-__all__ = ["RegistryOptions"]
+__all__ = ["RegistryOptions", "RegistryOptionsDict"]
+
+
+class _RequiredOptions(TypedDict):
+    # A base of its own, not ``Required[...]``: under ``from __future__ import
+    # annotations`` only the class's ``total`` tells the runtime what is required.
+    replay_ttl_s: float
+    replay_max_bytes_per_session: int
+
+
+class RegistryOptionsDict(_RequiredOptions, total=False):
+    """`RegistryOptions`'s fields as keyword arguments, for type checkers (PEP 692).
+
+    The doors take ``**options: Unpack[RegistryOptionsDict]``, so an IDE
+    shows every option and a type checker refuses a misspelled one; at run
+    time `RegistryOptions` refuses it (``TypeError`` naming it). Kept equal to
+    `RegistryOptions` field by field (a test compares them).
+    """
+
+    replay_max_events_per_session: int | None
+    clock: Callable[[], float] | None
+    disconnect_grace_s: float | None
+    send_timeout_s: float | None
+    restart_policy: RestartPolicy | None
+    passivate_after_s: float | None
+    faults: FaultPlan | None
+    observer: Callable[[LifecycleEvent], None] | None
+    sweep_interval_s: float | None
+    max_pending_per_session: int
+    strict: bool
+    drain_timeout_s: float
+    daemon_threads: bool
+    store: SessionStore | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

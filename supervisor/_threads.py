@@ -21,7 +21,7 @@ import queue
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar, Unpack
 
 import outcome
 import trio
@@ -39,7 +39,7 @@ from actors._messages import (
 )
 from supervisor._actor import RegistryStats, SessionSystem
 from supervisor._async_door import AsyncSessionRegistry
-from supervisor._options import RegistryOptions
+from supervisor._options import RegistryOptions, RegistryOptionsDict
 from supervisor._thread_loop import HostedTrioRegistry, ThreadReply
 from supervisor._trio_registry import serve_registry
 from supervisor._validate import check_session_id, check_unjournaled
@@ -100,13 +100,16 @@ class ThreadSessionRegistry:
             forever). Past it the call is cancelled, exactly as a cancelled
             async call (a ``send_event`` stays journaled; a ``resume`` rolls
             back), and ``TimeoutError`` is raised.
-        **options: The fields of `RegistryOptions`.
+        **options: The fields of `RegistryOptions` (typed by `RegistryOptionsDict`).
 
     Raises:
+        TypeError: a misspelled option, before any thread starts.
         ValueError: a bad option, before any thread starts.
     """
 
-    def __init__(self, *, timeout: float | None = 30.0, **options: Any) -> None:
+    def __init__(
+        self, *, timeout: float | None = 30.0, **options: Unpack[RegistryOptionsDict]
+    ) -> None:
         self._options = RegistryOptions(**options)
         self._timeout = timeout
         self._started = threading.Event()

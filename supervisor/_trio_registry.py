@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Unpack
 
 import outcome
 import trio
@@ -25,7 +25,7 @@ import trio
 from actors._messages import CloseCallable, SendCallable
 from actors._ports import NO_WAITER
 from supervisor._async_door import AsyncSessionRegistry, LoopReply
-from supervisor._options import RegistryOptions
+from supervisor._options import RegistryOptions, RegistryOptionsDict
 from supervisor._outbox import CoalescingPort, OutboxCore, TrioOutbox
 from supervisor._send_watchdog import ParkedTask, SendWatchdog
 
@@ -179,12 +179,15 @@ async def serve_registry(
 
 
 @asynccontextmanager
-async def open_session_registry(**options: Any) -> AsyncIterator[TrioSessionRegistry]:
+async def open_session_registry(
+    **options: Unpack[RegistryOptionsDict],
+) -> AsyncIterator[TrioSessionRegistry]:
     """Run a session registry for the current trio run, for the block's duration.
 
-    Keyword arguments are the fields of `RegistryOptions`
-    (``replay_ttl_s`` and ``replay_max_bytes_per_session`` are required);
-    a bad value raises ``ValueError`` before any thread starts.
+    Keyword arguments are the fields of `RegistryOptions` (typed by
+    `RegistryOptionsDict`; ``replay_ttl_s`` and
+    ``replay_max_bytes_per_session`` are required); a misspelled one raises
+    ``TypeError`` and a bad value ``ValueError``, before any thread starts.
 
     Leaving the block shuts the registry down, shielded from cancellation:
     queued ``send_event_nowait`` calls and outboxes drain for up to
