@@ -1,11 +1,15 @@
 """A session's phases, the commands each accepts, and what a gone session answers.
 
-In the spirit of h11's transition tables: the rules that decide *whether* a
-command is handled now, held back, or answered as for an unknown session are
-data here, not branches in the actor. `ResumeStash` applies them to
-commands that arrive while a resume's activation is on the wire, and
-`unknown_session_answer` is the seed's answer for a session it did not
-know. Pure: no I/O, no threads, no event loop.
+Whether a command is handled now, held back, or answered as for an unknown
+session is data here (`ACCEPTS`, `UNKNOWN_SESSION_ANSWERS`), not branches in
+the actor. It is an admission table, not a transition table: the phase is
+derived from the state (`SessionState.phase`), and only two phases differ
+from the rest. ``ACTIVATING`` holds resumes back while an activation is on
+the wire (`HELD_WHILE_ACTIVATING`), and ``CLOSED`` accepts nothing; every
+other phase accepts every command. `ResumeStash` applies the table to
+commands that arrive during an activation, and `unknown_session_answer` is
+the seed's answer for a session it did not know. Pure: no I/O, no threads,
+no event loop.
 """
 
 from __future__ import annotations

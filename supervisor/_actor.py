@@ -324,10 +324,6 @@ class SessionSystem:
         """Every registered session: live, suspended and parked alike."""
         return list(self._routes)
 
-    def session_actors(self) -> list[pykka.ActorRef[SessionActor]]:
-        """The live session actors (parked sessions have none)."""
-        return [actor.actor_ref for actor in self.books.live_actors()]
-
     def stats(self) -> RegistryStats:
         return self.books.stats(len(self._routes))
 

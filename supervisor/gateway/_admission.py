@@ -95,9 +95,6 @@ class Admission:
         if owner is not None:
             self.sessions.release(owner)
 
-    def identity_of(self, session_id: str) -> object:
-        return self._identity.get(session_id)
-
     def check_secret(self, address: str, presented: str | None) -> None:
         """The shared secret of ``session.open`` (if the gateway has one)."""
         expected = self.config.shared_secret

@@ -110,9 +110,6 @@ class ChaosReport:
             and t.client_events_received_once == t.client_events_sent
         )
 
-    def as_dict(self) -> dict[str, object]:
-        return {"totals": dataclasses.asdict(self.totals), "ok": self.ok}
-
 
 class Targets:
     """The gateway processes chaos clients connect to, and which of them are down."""

@@ -9,8 +9,8 @@ and answers with actions (send this frame, close with this code, call the
 registry, call the engine); it never awaits and reads no clock of its own.
 
 The shells (the trio server, the ASGI app) only move bytes and time in and
-out; `supervisor.gateway.conversation` carries the actions out against a
-registry, an engine and a transport. The protocol is written once, here.
+out; `GatewayService.converse` (`supervisor.gateway._service`) carries the
+actions out against a registry, an engine and a transport. The protocol is written once, here.
 
 `InputLedger` is a session's answered ids, kept for the session's
 whole life (across connections): it decides whether an input is new, a

@@ -191,7 +191,7 @@ class Gateway:
             closing = (INTERNAL_ERROR, "internal_error")
         finally:
             with trio.CancelScope(shield=True):
-                await ws.aclose(*closing)
+                await ws.close(*closing)
 
 
 async def _flush_logs(gateway: Gateway) -> None:

@@ -260,7 +260,7 @@ class ServerWebSocket:
         self._pings: dict[bytes, trio.Event] = {}
         self._reader_done = trio.Event()
         self._aborted = False
-        #: Set once closed either way; what get_message and send_message raise.
+        #: Set once closed either way; what receive and send raise.
         self.closed: WebSocketClosedError | None = None
 
     # -- the reader task ---------------------------------------------------------------
@@ -371,23 +371,14 @@ class ServerWebSocket:
     def _closed_error(self) -> WebSocketClosedError:
         return self.closed or WebSocketClosedError(ABNORMAL, None)
 
-    async def send_message(self, message: str) -> None:
-        if self.closed is not None:
-            raise self.closed
-        await self._send_event(TextMessage(data=message))
-
     # -- the gateway's Transport -------------------------------------------------------
 
-    async def receive(self) -> str | bytes:
-        return await self.get_message()
-
     async def send(self, text: str) -> None:
-        await self.send_message(text)
+        if self.closed is not None:
+            raise self.closed
+        await self._send_event(TextMessage(data=text))
 
-    async def close(self, code: int, reason: str | None) -> None:
-        await self.aclose(code, reason)
-
-    async def get_message(self) -> str | bytes:
+    async def receive(self) -> str | bytes:
         try:
             return await self._inbox.receive()
         except (trio.EndOfChannel, trio.ClosedResourceError):
@@ -405,7 +396,7 @@ class ServerWebSocket:
         if self.closed is not None:
             raise self.closed
 
-    async def aclose(self, code: int = 1000, reason: str | None = None) -> None:
+    async def close(self, code: int = 1000, reason: str | None = None) -> None:
         """Close: a close frame, the peer's answer, then the TCP connection; the
         handshake gets ``close_timeout_s`` at most, then TCP is aborted.
         Idempotent, and safe to call from several tasks."""
