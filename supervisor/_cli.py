@@ -29,6 +29,14 @@ from supervisor._demo_processes import (
     serve_command,
 )
 from supervisor._extras import MissingExtraError, require
+from supervisor._serve_workers import (
+    WorkerFds,
+    announce_ready,
+    inherited_listener,
+    serve_workers,
+    watch_lifeline,
+    worker_fds,
+)
 
 if TYPE_CHECKING:
     from supervisor._demo_workers import WorkerFigures
@@ -422,17 +430,40 @@ def _registry_options(config: GatewayConfig, redis_url: str | None) -> RegistryO
     )
 
 
-def _serve(args: argparse.Namespace) -> int:
+def _serve(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    fds = worker_fds()
+    if args.workers is not None and fds is None:
+        return serve_workers(args, argv)
+    if args.redis == LOCAL_REDIS:
+        with local_redis() as url:
+            args.redis = url
+            return _serve_here(args, fds)
+    return _serve_here(args, fds)
+
+
+def _serve_here(args: argparse.Namespace, fds: WorkerFds | None) -> int:
+    """``serve`` in this process (alone, or as one worker of ``serve --workers``)."""
     authenticate = None
     if args.authenticate is not None:
         authenticate = load_callable(args.authenticate, "--authenticate")
     config = _gateway_config(args)
+    listener = None
+    if fds is not None:  # a worker: the parent's socket, its pipes
+        listener = inherited_listener(fds.listen)
+        watch_lifeline(fds.lifeline)
+
+    def on_listening(url: str) -> None:
+        if fds is not None:
+            announce_ready(fds.ready)
+
     options = ServeOptions(
         config=config,
         registry_options=_registry_options(config, args.redis),
         engine=_engine(args),
         authenticate=authenticate,
         stats_interval_s=args.stats_interval,
+        listener=listener,
+        on_listening=on_listening,
     )
     return run_server(args.server, options)
 
@@ -474,11 +505,12 @@ _SAID_IN_ONE_LINE = (OSError, ValueError, WireClosedError, MissingExtraError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser().parse_args(argv)
     _logging(args)
     try:
         if args.command == "serve":
-            return _serve(args)
+            return _serve(args, argv)
         runner = {"chaos": _chaos, "demo": _demo, "worker": _worker}[args.command]
         return trio.run(runner, args)
     except BaseExceptionGroup as group:

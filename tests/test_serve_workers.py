@@ -1,0 +1,118 @@
+"""``serve --workers N``: N gateway processes on one socket, one Redis; a worker
+killed is started again and its session resumes on any worker; SIGTERM drains all.
+
+Real processes and a real redis-server (skipped with a message saying how to
+run them when ``redis-server`` is not on PATH; see tests/redis_support.py).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+
+import pytest
+import trio
+
+from supervisor._serve_workers import RestartBackoff
+from supervisor.gateway._wire_client import WireClient
+from tests.gateway_support import contiguous, read_until, read_until_closed, seqs
+from tests.redis_support import RedisServer
+from tests.test_cli import MODULE, _run
+from tests.worker_support import free_ports, holder, serving_workers
+
+LIMIT = 90.0
+
+
+def test_a_worker_that_keeps_dying_waits_longer_each_time() -> None:
+    backoff = RestartBackoff(first_s=0.25, max_s=2.0, stable_after_s=30.0)
+    delays: list[float] = []
+    previous: float | None = None
+    for _ in range(6):  # each death 1 s after its start: not stable
+        previous = backoff.delay(previous_s=previous, ran_s=1.0)
+        delays.append(previous)
+    assert delays == [0.0, 0.25, 0.5, 1.0, 2.0, 2.0]
+    # A worker that ran past stable_after_s is started again at once.
+    assert backoff.delay(previous_s=2.0, ran_s=30.0) == 0.0
+
+
+def test_workers_without_a_store_name_the_fix() -> None:
+    result = _run("serve", "--workers", "2", "--port", "0")
+    assert result.returncode == 2, result.stderr
+    assert "--workers needs a store" in result.stderr
+    assert "--redis local" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_serve_help_teaches_workers() -> None:
+    result = _run("serve", "--help")
+    assert result.returncode == 0
+    assert "--workers N" in result.stdout
+    assert "P+k" in result.stdout and "'local'" in result.stdout
+
+
+def test_a_worker_that_cannot_start_stops_the_pool_with_its_reason() -> None:
+    result = _run(
+        "serve", "--workers", "2", "--port", "0", "--redis", "redis://127.0.0.1:1/0",
+        timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert "could not start" in result.stderr
+    assert "127.0.0.1:1" in result.stderr  # the worker's own line: Redis unreachable
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("server", ["trio", "asgi-uvicorn", "asgi-hypercorn"])
+async def test_a_killed_workers_session_resumes_on_another_and_sigterm_drains(
+    server: str, redis_server: RedisServer
+) -> None:
+    needs = {"asgi-uvicorn": "uvicorn", "asgi-hypercorn": "hypercorn"}.get(server)
+    if needs is not None and importlib.util.find_spec(needs) is None:
+        pytest.skip(f"{needs} not installed (the asgi extra)")
+    metrics = free_ports(2)
+    command = [
+        *MODULE, "serve", "--workers", "2", "--port", "0", "--server", server,
+        "--redis", redis_server.url, "--metrics-port", str(metrics), "--event-rate", "50",
+    ]  # fmt: skip
+    with trio.fail_after(LIMIT):
+        async with serving_workers(command) as workers:
+            client = await WireClient.connect(workers.url)
+            try:
+                await client.send_json({"type": "session.open"})
+                frames = await read_until(client, "session.created")
+                created = frames[-1]
+                for _ in range(5):
+                    frames.append(await client.receive_json())
+                victim = await holder(metrics, 2)
+                os.kill(workers.pids()[victim], signal.SIGKILL)
+                more, _ = await read_until_closed(client)
+                frames += more
+            finally:
+                await client.cut()
+            await workers.wait_for(rb"worker %d \(pid \d+\) exited on SIGKILL" % victim)
+            last = seqs(frames)[-1]
+            # Through the same port: whichever worker accepts takes the session over.
+            client = await WireClient.connect(workers.url)
+            try:
+                await client.send_json(
+                    {
+                        "type": "session.resume",
+                        "session_id": created["session_id"],
+                        "resume_token": created["resume_token"],
+                        "last_received_server_event_seq": last,
+                    }
+                )
+                after = await read_until(client, "session.resumed")
+                while len(seqs(after)) < 5:
+                    after.append(await client.receive_json())
+                # The killed worker is started again (a new pid at its index).
+                await workers.wait_for(rb"worker %d \(pid \d+\) listening" % victim, count=2)
+                workers.process.send_signal(signal.SIGTERM)
+                rest, closed = await read_until_closed(client)
+            finally:
+                await client.cut()
+            assert (closed.code, closed.reason) == (1001, "going_away")
+            assert await workers.process.wait() == 0
+    numbers = seqs(frames) + seqs(after + rest)
+    assert contiguous(1, numbers), numbers  # nothing lost, nothing repeated
+    assert b"Traceback" not in workers.log, workers.log.decode()
