@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -40,6 +41,7 @@ from supervisor._serve_workers import (
 
 if TYPE_CHECKING:
     from supervisor._demo_workers import WorkerFigures
+from supervisor._demo_serve_workers import PoolFigures, run_serve_workers_demo
 from supervisor._options import RegistryOptions
 from supervisor.gateway._chaos import (
     ChaosConfig,
@@ -71,6 +73,7 @@ def _table(
     *,
     processes: int = 1,
     workers: WorkerFigures | None = None,
+    pool: PoolFigures | None = None,
 ) -> Table:
     t = report.totals
     table = Table(title="duplex-supervisor chaos run", show_header=True)
@@ -95,6 +98,15 @@ def _table(
         rows.append(("resumes across processes", t.resumes_across_processes))
         rows.append(("takeovers (sessions of the killed process)", t.takeovers))
         rows.append(("stranded (never resumed)", t.stranded))
+    if pool is not None:
+        rows.append(("takeovers (sessions of the killed worker)", t.takeovers))
+        rows.append(("stranded (never resumed)", t.stranded))
+        rows.append(
+            (
+                "workers killed / started again",
+                f"{pool.workers_killed} / {pool.workers_started_again}",
+            )
+        )
     if workers is not None:
         rows.append(("engine workers killed", workers.engine_workers_killed))
         rows.append(("inputs redelivered", workers.inputs_redelivered))
@@ -117,6 +129,7 @@ def _totals_json(
     *,
     processes: int = 1,
     workers: WorkerFigures | None = None,
+    pool: PoolFigures | None = None,
 ) -> str:
     t = report.totals
     totals: dict[str, object] = {
@@ -141,6 +154,12 @@ def _totals_json(
         totals["resumes_across_processes"] = t.resumes_across_processes
         totals["takeovers"] = t.takeovers
         totals["stranded"] = t.stranded
+    if pool is not None:
+        totals["workers"] = pool.workers
+        totals["takeovers"] = t.takeovers
+        totals["stranded"] = t.stranded
+        totals["workers_killed"] = pool.workers_killed
+        totals["workers_started_again"] = pool.workers_started_again
     if workers is not None:
         totals["engine_workers"] = workers.engine_workers
         totals["engine_workers_killed"] = workers.engine_workers_killed
@@ -227,13 +246,15 @@ def _finish(
     report: ChaosReport,
     gateway: Gateway | None,
     workers: WorkerFigures | None = None,
+    pool: PoolFigures | None = None,
 ) -> int:
     processes = getattr(args, "processes", 1)
     if args.json:
-        print(_totals_json(report, gateway, processes=processes, workers=workers))
+        print(_totals_json(report, gateway, processes=processes, workers=workers, pool=pool))
     else:
-        Console().print(_table(report, gateway, processes=processes, workers=workers))
-    return 0 if report.ok else 1
+        Console().print(_table(report, gateway, processes=processes, workers=workers, pool=pool))
+    restarted = pool is None or pool.workers_started_again >= pool.workers_killed
+    return 0 if report.ok and restarted else 1
 
 
 def _engine_config(args: argparse.Namespace) -> EngineConfig:
@@ -255,6 +276,8 @@ async def _demo(args: argparse.Namespace) -> int:
         raise ValueError("demo --browser runs the trio server in one process")
     if args.engine_workers is not None or args.bus is not None:
         return await _demo_workers(args, console, server)
+    if args.workers is not None:
+        return await _demo_serve_workers(args, console, server)
     if args.processes > 1 or args.redis is not None:
         return await _demo_processes(args, console, server)
     if server != "trio":
@@ -299,6 +322,20 @@ async def _demo_processes(args: argparse.Namespace, console: Console, server: st
         with local_redis() as url:
             report = await run_processes_demo(args, server, url, config, crowd)
     return _finish(args, report, None)
+
+
+async def _demo_serve_workers(args: argparse.Namespace, console: Console, server: str) -> int:
+    """``demo --workers N --redis URL``: see supervisor/_demo_serve_workers.py."""
+    if args.redis is None or args.processes > 1:
+        raise ValueError("demo --workers N needs --redis (URL or 'local') and no --processes")
+
+    async def crowd(targets: Targets, config: ChaosConfig) -> ChaosReport:
+        return await _run_chaos(targets, config, console, None)
+
+    with contextlib.ExitStack() as stack:
+        url = args.redis if args.redis != LOCAL_REDIS else stack.enter_context(local_redis())
+        report, pool = await run_serve_workers_demo(args, server, url, _chaos_config(args), crowd)
+    return _finish(args, report, None, pool=pool)
 
 
 async def _demo_workers(args: argparse.Namespace, console: Console, server: str) -> int:

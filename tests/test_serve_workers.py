@@ -8,6 +8,7 @@ run them when ``redis-server`` is not on PATH; see tests/redis_support.py).
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import signal
 
@@ -17,7 +18,7 @@ import trio
 from supervisor._serve_workers import RestartBackoff
 from supervisor.gateway._wire_client import WireClient
 from tests.gateway_support import contiguous, read_until, read_until_closed, seqs
-from tests.redis_support import RedisServer
+from tests.redis_support import RedisServer, redis_binary
 from tests.test_cli import MODULE, _run
 from tests.worker_support import free_ports, holder, serving_workers
 
@@ -47,8 +48,9 @@ def test_workers_without_a_store_name_the_fix() -> None:
 def test_serve_help_teaches_workers() -> None:
     result = _run("serve", "--help")
     assert result.returncode == 0
-    assert "--workers N" in result.stdout
-    assert "P+k" in result.stdout and "'local'" in result.stdout
+    shown = " ".join(result.stdout.split())
+    assert "--workers N" in shown and "Needs --redis (URL or 'local')" in shown
+    assert "worker k serves its own /metrics on P+k" in shown
 
 
 def test_a_worker_that_cannot_start_stops_the_pool_with_its_reason() -> None:
@@ -116,3 +118,40 @@ async def test_a_killed_workers_session_resumes_on_another_and_sigterm_drains(
     numbers = seqs(frames) + seqs(after + rest)
     assert contiguous(1, numbers), numbers  # nothing lost, nothing repeated
     assert b"Traceback" not in workers.log, workers.log.decode()
+
+
+def test_demo_on_workers_of_one_port_loses_and_repeats_nothing_through_a_kill() -> None:
+    redis_binary()  # skip (or fail in CI) without redis-server
+    result = _run(
+        "demo",
+        "--workers", "2",
+        "--redis", "local",
+        "--clients", "8",
+        "--duration", "6",
+        "--drop-rate", "1",
+        "--json",
+        timeout=150,
+    )  # fmt: skip
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    lines = result.stdout.splitlines()
+    assert len(lines) == 1, (result.stdout, result.stderr)
+    totals = json.loads(lines[0])["totals"]
+    assert (totals["lost"], totals["duplicated"], totals["errors"]) == (0, 0, 0), totals
+    assert (totals["lost_upstream"], totals["duplicated_upstream"]) == (0, 0), totals
+    assert totals["stranded"] == 0, totals
+    assert totals["workers"] == 2
+    assert (totals["workers_killed"], totals["workers_started_again"]) == (1, 1), totals
+    assert totals["answered"] == totals["inputs"], totals
+    assert "exited on SIGKILL" in result.stderr  # the parent said so, and started it again
+
+
+def test_demo_workers_needs_a_store_and_no_processes() -> None:
+    for argv in (["--workers", "2"], ["--workers", "2", "--redis", "x", "--processes", "2"]):
+        result = _run("demo", *argv, "--duration", "1")
+        assert result.returncode == 2, result.stderr
+        assert "--workers N needs --redis" in result.stderr
+
+
+def test_demo_help_teaches_workers() -> None:
+    shown = " ".join(_run("demo", "--help").stdout.split())
+    assert "--workers N" in shown and "started again by the parent" in shown
