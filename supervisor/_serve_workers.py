@@ -16,8 +16,9 @@ A worker tells the parent it listens by writing one byte to its ready pipe,
 and watches a lifeline pipe the parent holds open: when the parent is gone
 (even killed), the worker drains and exits as after SIGTERM. A worker that
 exits is started again (its sessions are taken over by whichever worker their
-client's next resume reaches), at once if it had run `RestartBackoff.stable_after_s`,
-else after a delay that doubles with each quick death. A worker that exits 2
+client's next resume reaches): at once, and at once again after a run of
+`RestartBackoff.stable_after_s`; after shorter runs, a delay that doubles with
+each quick death. A worker that exits 2
 (a usage or start-up error, said in its own one line) before any worker was
 ready stops the pool: starting it again would not mend it.
 """
@@ -118,7 +119,6 @@ class WorkerPool:
     workers: list[_Worker] = field(init=False)
     restarts: int = field(init=False, default=0)
     _ever_ready: bool = field(init=False, default=False)
-    _stopping: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
         self.workers = [_Worker(index) for index in range(self.count)]

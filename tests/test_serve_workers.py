@@ -11,15 +11,18 @@ import importlib.util
 import json
 import os
 import signal
+import subprocess
 
 import pytest
 import trio
 
+from supervisor._demo_processes import drain, listening_url
 from supervisor._serve_workers import RestartBackoff
 from supervisor.gateway._wire_client import WireClient
 from tests.gateway_support import contiguous, read_until, read_until_closed, seqs
 from tests.redis_support import RedisServer, redis_binary
-from tests.test_cli import MODULE, _run
+from tests.test_cli import MODULE, _env, _run
+from tests.test_redis_demo import _demo_redis_servers
 from tests.worker_support import free_ports, holder, serving_workers
 
 LIMIT = 90.0
@@ -155,3 +158,28 @@ def test_demo_workers_needs_a_store_and_no_processes() -> None:
 def test_demo_help_teaches_workers() -> None:
     shown = " ".join(_run("demo", "--help").stdout.split())
     assert "--workers N" in shown and "started again by the parent" in shown
+
+
+@pytest.mark.parametrize("workers", [[], ["--workers", "2"]], ids=["one", "workers"])
+async def test_serve_redis_local_starts_and_stops_its_own_redis(workers: list[str]) -> None:
+    redis_binary()
+    before = set(_demo_redis_servers())  # another run's may be up meanwhile
+    command = [*MODULE, "serve", "--port", "0", "--redis", "local", *workers]
+    with trio.fail_after(LIMIT):
+        process = await trio.lowlevel.open_process(command, stderr=subprocess.PIPE, env=_env())
+        assert process.stderr is not None
+        try:
+            await listening_url(process.stderr)
+            ours = set(_demo_redis_servers()) - before
+            assert len(ours) == 1
+            process.send_signal(signal.SIGTERM)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(drain, process.stderr)
+                assert await process.wait() == 0
+        finally:
+            if process.returncode is None:
+                process.kill()
+            with trio.CancelScope(shield=True):
+                await process.wait()
+                await process.stderr.aclose()
+    assert not ours & set(_demo_redis_servers())  # stopped with the server
