@@ -24,11 +24,17 @@ from pathlib import Path
 import pytest
 import trio
 
-from supervisor.gateway._wire_client import WireClient
-from tests.gateway_support import contiguous, read_until, read_until_closed, seqs
+from tests.gateway_support import contiguous, seqs
 from tests.redis_support import RedisServer, free_port
 from tests.test_cli import MODULE
-from tests.worker_support import Workers, connections_of, free_ports, serving_workers
+from tests.worker_support import (
+    Workers,
+    connections_of,
+    free_ports,
+    resume_after,
+    serving_workers,
+    stream_until_killed,
+)
 
 DEPLOY = Path(__file__).resolve().parent.parent / "docs" / "deploy.md"
 HOW_TO_RUN = (
@@ -151,33 +157,15 @@ async def test_a_session_resumes_through_nginx_after_its_worker_is_killed(
             running_nginx(binary, tmp_path, ports) as port,
         ):
             url = f"ws://127.0.0.1:{port}/v1"
-            client = await WireClient.connect(url)
-            try:
-                await client.send_json({"type": "session.open"})
-                frames = await read_until(client, "session.created")
-                created = frames[-1]
-                for _ in range(5):
-                    frames.append(await client.receive_json())
-                os.kill(await _holder([(first, metrics[0]), (second, metrics[1])]), signal.SIGKILL)
-                more, _ = await read_until_closed(client)  # nginx closes it: upstream gone
-                frames += more
-            finally:
-                await client.cut()
-            client = await WireClient.connect(url)
-            try:
-                await client.send_json(
-                    {
-                        "type": "session.resume",
-                        "session_id": created["session_id"],
-                        "resume_token": created["resume_token"],
-                        "last_received_server_event_seq": seqs(frames)[-1],
-                    }
-                )
-                after = await read_until(client, "session.resumed")
-                while len(seqs(after)) < 5:
-                    after.append(await client.receive_json())
-            finally:
-                await client.cut()
+
+            async def kill() -> None:  # the worker, of either process, holding it
+                pid = await _holder([(first, metrics[0]), (second, metrics[1])])
+                os.kill(pid, signal.SIGKILL)
+
+            # nginx closes the client's connection when the worker behind it dies.
+            frames = await stream_until_killed(url, kill)
+            client, after = await resume_after(url, frames)
+            await client.cut()
             for workers in (first, second):
                 workers.process.send_signal(signal.SIGTERM)
     numbers = seqs(frames) + seqs(after)

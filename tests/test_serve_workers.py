@@ -11,19 +11,22 @@ import importlib.util
 import json
 import os
 import signal
-import subprocess
 
 import pytest
 import trio
 
-from supervisor._demo_processes import drain, listening_url
 from supervisor._serve_workers import RestartBackoff
-from supervisor.gateway._wire_client import WireClient
-from tests.gateway_support import contiguous, read_until, read_until_closed, seqs
+from tests.gateway_support import contiguous, read_until_closed, seqs
 from tests.redis_support import RedisServer, redis_binary
-from tests.test_cli import MODULE, _env, _run
+from tests.test_cli import MODULE, _run, _serve_process
 from tests.test_redis_demo import _demo_redis_servers
-from tests.worker_support import free_ports, holder, serving_workers
+from tests.worker_support import (
+    free_ports,
+    holder,
+    resume_after,
+    serving_workers,
+    stream_until_killed,
+)
 
 LIMIT = 90.0
 
@@ -81,35 +84,18 @@ async def test_a_killed_workers_session_resumes_on_another_and_sigterm_drains(
     ]  # fmt: skip
     with trio.fail_after(LIMIT):
         async with serving_workers(command) as workers:
-            client = await WireClient.connect(workers.url)
-            try:
-                await client.send_json({"type": "session.open"})
-                frames = await read_until(client, "session.created")
-                created = frames[-1]
-                for _ in range(5):
-                    frames.append(await client.receive_json())
+            victim = -1
+
+            async def kill() -> None:
+                nonlocal victim
                 victim = await holder(metrics, 2)
                 os.kill(workers.pids()[victim], signal.SIGKILL)
-                more, _ = await read_until_closed(client)
-                frames += more
-            finally:
-                await client.cut()
+
+            frames = await stream_until_killed(workers.url, kill)
             await workers.wait_for(rb"worker %d \(pid \d+\) exited on SIGKILL" % victim)
-            last = seqs(frames)[-1]
             # Through the same port: whichever worker accepts takes the session over.
-            client = await WireClient.connect(workers.url)
+            client, after = await resume_after(workers.url, frames)
             try:
-                await client.send_json(
-                    {
-                        "type": "session.resume",
-                        "session_id": created["session_id"],
-                        "resume_token": created["resume_token"],
-                        "last_received_server_event_seq": last,
-                    }
-                )
-                after = await read_until(client, "session.resumed")
-                while len(seqs(after)) < 5:
-                    after.append(await client.receive_json())
                 # The killed worker is started again (a new pid at its index).
                 await workers.wait_for(rb"worker %d \(pid \d+\) listening" % victim, count=2)
                 workers.process.send_signal(signal.SIGTERM)
@@ -166,20 +152,9 @@ async def test_serve_redis_local_starts_and_stops_its_own_redis(workers: list[st
     before = set(_demo_redis_servers())  # another run's may be up meanwhile
     command = [*MODULE, "serve", "--port", "0", "--redis", "local", *workers]
     with trio.fail_after(LIMIT):
-        process = await trio.lowlevel.open_process(command, stderr=subprocess.PIPE, env=_env())
-        assert process.stderr is not None
-        try:
-            await listening_url(process.stderr)
+        async with _serve_process(command) as served:
             ours = set(_demo_redis_servers()) - before
             assert len(ours) == 1
-            process.send_signal(signal.SIGTERM)
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(drain, process.stderr)
-                assert await process.wait() == 0
-        finally:
-            if process.returncode is None:
-                process.kill()
-            with trio.CancelScope(shield=True):
-                await process.wait()
-                await process.stderr.aclose()
+            served.process.send_signal(signal.SIGTERM)
+        assert served.process.returncode == 0, served.log.decode()
     assert not ours & set(_demo_redis_servers())  # stopped with the server

@@ -4,7 +4,8 @@
 its workers' lines), and waits for ``N workers listening on URL``. The log
 names each worker's pid (``worker K (pid P) listening``), and with
 ``--metrics-port B`` worker K answers ``/metrics`` on ``B + K``: `holder`
-asks each which one holds a connection.
+asks each which one holds a connection. `stream_until_killed` and
+`resume_after` are a session whose worker is killed, and its resume.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ import re
 import socket
 import subprocess
 import urllib.request
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 import trio
 
+from supervisor.gateway._wire_client import WireClient
+from tests.gateway_support import Frame, read_until, read_until_closed, seqs
 from tests.test_cli import _env
 
 _LISTENING = re.compile(rb"worker (\d+) \(pid (\d+)\) listening")
@@ -116,3 +119,42 @@ async def holder(metrics_base: int, count: int) -> int:
             if len(holding) == 1:
                 return holding[0]
             await trio.sleep(0.05)
+
+
+async def stream_until_killed(url: str, kill: Callable[[], Awaitable[None]]) -> list[Frame]:
+    """Open a session at ``url``, read 5 events, ``await kill()`` (its worker's
+    death) and read until the connection closes: every frame from ``session.created``."""
+    client = await WireClient.connect(url)
+    try:
+        await client.send_json({"type": "session.open"})
+        frames = await read_until(client, "session.created")
+        for _ in range(5):
+            frames.append(await client.receive_json())
+        await kill()
+        more, _ = await read_until_closed(client)
+        return frames + more
+    finally:
+        await client.cut()
+
+
+async def resume_after(url: str, frames: list[Frame]) -> tuple[WireClient, list[Frame]]:
+    """Resume the session ``frames`` opened, from their last event, at ``url``;
+    the connection (the caller closes it) and its frames through 5 more events."""
+    created = next(f for f in frames if f.get("type") == "session.created")
+    client = await WireClient.connect(url)
+    try:
+        await client.send_json(
+            {
+                "type": "session.resume",
+                "session_id": created["session_id"],
+                "resume_token": created["resume_token"],
+                "last_received_server_event_seq": seqs(frames)[-1],
+            }
+        )
+        after = await read_until(client, "session.resumed")
+        while len(seqs(after)) < 5:
+            after.append(await client.receive_json())
+    except BaseException:
+        await client.cut()
+        raise
+    return client, after
