@@ -11,11 +11,13 @@ import importlib.util
 import json
 import os
 import signal
+import sys
 
 import pytest
 import trio
 
-from supervisor._serve_workers import RestartBackoff
+from supervisor._serve_workers import RestartBackoff, WorkerPool
+from supervisor.gateway._servers import listening_socket
 from tests.gateway_support import contiguous, read_until_closed, seqs
 from tests.redis_support import RedisServer, redis_binary
 from tests.test_cli import MODULE, _run, _serve_process
@@ -158,3 +160,33 @@ async def test_serve_redis_local_starts_and_stops_its_own_redis(workers: list[st
             served.process.send_signal(signal.SIGTERM)
         assert served.process.returncode == 0, served.log.decode()
     assert not ours & set(_demo_redis_servers())  # stopped with the server
+
+
+#: A worker that says it listens, then dies at once (status 1), every time.
+_DIES_AT_ONCE = """
+import os
+listen, ready, lifeline = os.environ["DUPLEX_SUPERVISOR_WORKER_FDS"].split(",")
+os.write(int(ready), b"r")
+raise SystemExit(1)
+"""
+
+
+async def test_the_pool_waits_longer_each_time_a_worker_dies_quickly(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    backoff = RestartBackoff(first_s=0.05, max_s=0.2, stable_after_s=60.0)
+    with listening_socket("127.0.0.1", 0) as listener, trio.fail_after(LIMIT):
+        listener.listen(8)
+        pool = WorkerPool(
+            command=[sys.executable, "-c", _DIES_AT_ONCE], count=1, listener=listener,
+            backoff=backoff,
+        )  # fmt: skip
+        async with trio.open_nursery() as nursery:
+            await nursery.start(pool.run)
+            while pool.restarts < 5:
+                await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()
+    said = [r.getMessage() for r in caplog.records if "starting it again" in r.getMessage()]
+    delays = [line.rsplit(" in ", 1)[1] for line in said[:5]]
+    assert delays == ["0.00 s", "0.05 s", "0.10 s", "0.20 s", "0.20 s"], said
+    assert all("exited with status 1" in line for line in said), said
