@@ -29,6 +29,7 @@ from supervisor._demo_processes import (
     run_processes_demo,
     serve_command,
 )
+from supervisor._demo_serve_workers import PoolFigures, run_serve_workers_demo
 from supervisor._extras import MissingExtraError, require
 from supervisor._serve_workers import (
     WorkerFds,
@@ -41,7 +42,6 @@ from supervisor._serve_workers import (
 
 if TYPE_CHECKING:
     from supervisor._demo_workers import WorkerFigures
-from supervisor._demo_serve_workers import PoolFigures, run_serve_workers_demo
 from supervisor._options import RegistryOptions
 from supervisor.gateway._chaos import (
     ChaosConfig,
