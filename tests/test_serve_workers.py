@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import sys
+from pathlib import Path
 
 import pytest
 import trio
@@ -151,15 +152,23 @@ def test_demo_help_teaches_workers() -> None:
 @pytest.mark.parametrize("workers", [[], ["--workers", "2"]], ids=["one", "workers"])
 async def test_serve_redis_local_starts_and_stops_its_own_redis(workers: list[str]) -> None:
     redis_binary()
-    before = set(_demo_redis_servers())  # another run's may be up meanwhile
     command = [*MODULE, "serve", "--port", "0", "--redis", "local", *workers]
     with trio.fail_after(LIMIT):
         async with _serve_process(command) as served:
-            ours = set(_demo_redis_servers()) - before
+            # Its own child (other runs' may be up meanwhile).
+            ours = {pid for pid in _demo_redis_servers() if _parent(pid) == served.process.pid}
             assert len(ours) == 1
             served.process.send_signal(signal.SIGTERM)
         assert served.process.returncode == 0, served.log.decode()
     assert not ours & set(_demo_redis_servers())  # stopped with the server
+
+
+def _parent(pid: int) -> int:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return -1
+    return int(stat.rsplit(")", 1)[1].split()[1])
 
 
 #: A worker that says it listens, then dies at once (status 1), every time.
