@@ -202,6 +202,9 @@ class WorkerPool:
                 # which passes one signal on (a second would cut uvicorn's drain).
                 start_new_session=True,
             )
+        except BaseException:
+            os.close(ready_read)
+            raise
         finally:
             os.close(ready_write)
         worker.pid = worker.process.pid
