@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -28,7 +29,16 @@ from supervisor._demo_processes import (
     run_processes_demo,
     serve_command,
 )
+from supervisor._demo_serve_workers import PoolFigures, run_serve_workers_demo
 from supervisor._extras import MissingExtraError, require
+from supervisor._serve_workers import (
+    WorkerFds,
+    announce_ready,
+    inherited_listener,
+    serve_workers,
+    watch_lifeline,
+    worker_fds,
+)
 
 if TYPE_CHECKING:
     from supervisor._demo_workers import WorkerFigures
@@ -63,6 +73,7 @@ def _table(
     *,
     processes: int = 1,
     workers: WorkerFigures | None = None,
+    pool: PoolFigures | None = None,
 ) -> Table:
     t = report.totals
     table = Table(title="duplex-supervisor chaos run", show_header=True)
@@ -87,6 +98,15 @@ def _table(
         rows.append(("resumes across processes", t.resumes_across_processes))
         rows.append(("takeovers (sessions of the killed process)", t.takeovers))
         rows.append(("stranded (never resumed)", t.stranded))
+    if pool is not None:
+        rows.append(("takeovers (sessions of the killed worker)", t.takeovers))
+        rows.append(("stranded (never resumed)", t.stranded))
+        rows.append(
+            (
+                "workers killed / started again",
+                f"{pool.workers_killed} / {pool.workers_started_again}",
+            )
+        )
     if workers is not None:
         rows.append(("engine workers killed", workers.engine_workers_killed))
         rows.append(("inputs redelivered", workers.inputs_redelivered))
@@ -109,6 +129,7 @@ def _totals_json(
     *,
     processes: int = 1,
     workers: WorkerFigures | None = None,
+    pool: PoolFigures | None = None,
 ) -> str:
     t = report.totals
     totals: dict[str, object] = {
@@ -133,6 +154,12 @@ def _totals_json(
         totals["resumes_across_processes"] = t.resumes_across_processes
         totals["takeovers"] = t.takeovers
         totals["stranded"] = t.stranded
+    if pool is not None:
+        totals["workers"] = pool.workers
+        totals["takeovers"] = t.takeovers
+        totals["stranded"] = t.stranded
+        totals["workers_killed"] = pool.workers_killed
+        totals["workers_started_again"] = pool.workers_started_again
     if workers is not None:
         totals["engine_workers"] = workers.engine_workers
         totals["engine_workers_killed"] = workers.engine_workers_killed
@@ -219,13 +246,15 @@ def _finish(
     report: ChaosReport,
     gateway: Gateway | None,
     workers: WorkerFigures | None = None,
+    pool: PoolFigures | None = None,
 ) -> int:
     processes = getattr(args, "processes", 1)
     if args.json:
-        print(_totals_json(report, gateway, processes=processes, workers=workers))
+        print(_totals_json(report, gateway, processes=processes, workers=workers, pool=pool))
     else:
-        Console().print(_table(report, gateway, processes=processes, workers=workers))
-    return 0 if report.ok else 1
+        Console().print(_table(report, gateway, processes=processes, workers=workers, pool=pool))
+    restarted = pool is None or pool.workers_started_again >= pool.workers_killed
+    return 0 if report.ok and restarted else 1
 
 
 def _engine_config(args: argparse.Namespace) -> EngineConfig:
@@ -247,6 +276,8 @@ async def _demo(args: argparse.Namespace) -> int:
         raise ValueError("demo --browser runs the trio server in one process")
     if args.engine_workers is not None or args.bus is not None:
         return await _demo_workers(args, console, server)
+    if args.workers is not None:
+        return await _demo_serve_workers(args, console, server)
     if args.processes > 1 or args.redis is not None:
         return await _demo_processes(args, console, server)
     if server != "trio":
@@ -291,6 +322,20 @@ async def _demo_processes(args: argparse.Namespace, console: Console, server: st
         with local_redis() as url:
             report = await run_processes_demo(args, server, url, config, crowd)
     return _finish(args, report, None)
+
+
+async def _demo_serve_workers(args: argparse.Namespace, console: Console, server: str) -> int:
+    """``demo --workers N --redis URL``: see supervisor/_demo_serve_workers.py."""
+    if args.redis is None or args.processes > 1:
+        raise ValueError("demo --workers N needs --redis (URL or 'local') and no --processes")
+
+    async def crowd(targets: Targets, config: ChaosConfig) -> ChaosReport:
+        return await _run_chaos(targets, config, console, None)
+
+    with contextlib.ExitStack() as stack:
+        url = args.redis if args.redis != LOCAL_REDIS else stack.enter_context(local_redis())
+        report, pool = await run_serve_workers_demo(args, server, url, _chaos_config(args), crowd)
+    return _finish(args, report, None, pool=pool)
 
 
 async def _demo_workers(args: argparse.Namespace, console: Console, server: str) -> int:
@@ -422,17 +467,40 @@ def _registry_options(config: GatewayConfig, redis_url: str | None) -> RegistryO
     )
 
 
-def _serve(args: argparse.Namespace) -> int:
+def _serve(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    fds = worker_fds()
+    if args.workers is not None and fds is None:
+        return serve_workers(args, argv)
+    if args.redis == LOCAL_REDIS:
+        with local_redis() as url:
+            args.redis = url
+            return _serve_here(args, fds)
+    return _serve_here(args, fds)
+
+
+def _serve_here(args: argparse.Namespace, fds: WorkerFds | None) -> int:
+    """``serve`` in this process (alone, or as one worker of ``serve --workers``)."""
     authenticate = None
     if args.authenticate is not None:
         authenticate = load_callable(args.authenticate, "--authenticate")
     config = _gateway_config(args)
+    listener = None
+    if fds is not None:  # a worker: the parent's socket, its pipes
+        listener = inherited_listener(fds.listen)
+        watch_lifeline(fds.lifeline)
+
+    def on_listening(url: str) -> None:
+        if fds is not None:
+            announce_ready(fds.ready)
+
     options = ServeOptions(
         config=config,
         registry_options=_registry_options(config, args.redis),
         engine=_engine(args),
         authenticate=authenticate,
         stats_interval_s=args.stats_interval,
+        listener=listener,
+        on_listening=on_listening,
     )
     return run_server(args.server, options)
 
@@ -474,11 +542,12 @@ _SAID_IN_ONE_LINE = (OSError, ValueError, WireClosedError, MissingExtraError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser().parse_args(argv)
     _logging(args)
     try:
         if args.command == "serve":
-            return _serve(args)
+            return _serve(args, argv)
         runner = {"chaos": _chaos, "demo": _demo, "worker": _worker}[args.command]
         return trio.run(runner, args)
     except BaseExceptionGroup as group:

@@ -326,12 +326,7 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         f"the ASGI app under Hypercorn's trio worker (default {DEFAULT_SERVER}: no extra "
         "needed; asgi-uvicorn measured fastest, with pip install 'duplex-supervisor[asgi]')",
     )
-    net.add_argument(
-        "--redis",
-        metavar="URL",
-        help="keep sessions in Redis (redis://host:port/db): a client may resume on any "
-        "process serving with the same URL (default: this process's memory only)",
-    )
+    _add_store_and_worker_flags(serve, net)
     net.add_argument(
         "--trusted-proxy",
         action="append",
@@ -581,6 +576,30 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _add_logging_flags(serve)
 
 
+def _add_store_and_worker_flags(
+    serve: argparse.ArgumentParser, net: argparse._ArgumentGroup
+) -> None:
+    """``serve --redis`` and ``--workers N``."""
+    net.add_argument(
+        "--redis",
+        metavar="URL",
+        help="keep sessions in Redis (redis://host:port/db): a client may resume on any "
+        "process serving with the same URL; 'local': start a private redis-server from PATH "
+        "on a free loopback port and stop it on exit (default: this process's memory only)",
+    )
+    net.add_argument(
+        "--workers",
+        type=_positive(int),
+        metavar="N",
+        help="run N worker processes, each a whole gateway with its own loop, on one "
+        "listening socket this process binds (the kernel gives each connection to one of "
+        "them); a worker that dies is started again and its sessions are taken over on "
+        "their next resume; SIGTERM drains them all. Needs --redis (URL or 'local'). With "
+        "--metrics-port P, worker k serves its own /metrics on P+k (default: one process, "
+        "no workers)",
+    )
+
+
 def _add_engine_bus_flags(serve: argparse.ArgumentParser) -> None:
     """Where ``serve``'s engine runs: here (``--engine``) or in workers (``--engine-bus``)."""
     serve.add_argument(
@@ -698,6 +717,14 @@ def parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="the Redis the processes share (redis://host:port/db), or 'local': start a "
         "redis-server from PATH on a free loopback port for the run and stop it after",
+    )
+    multi.add_argument(
+        "--workers",
+        type=_positive(int),
+        metavar="N",
+        help="one 'serve --workers N --redis' process instead (N workers on one port, as "
+        "the kernel spreads connections); one worker is SIGKILLed halfway through and "
+        "started again by the parent, its clients resume on any worker; needs --redis",
     )
     workers = demo.add_argument_group("engines in other processes")
     workers.add_argument(

@@ -114,17 +114,21 @@ class ChaosReport:
 class Targets:
     """The gateway processes chaos clients connect to, and which of them are down."""
 
-    def __init__(self, urls: Sequence[str]) -> None:
+    def __init__(self, urls: Sequence[str], *, workers: bool = False) -> None:
         if not urls:
             raise ValueError("need at least one gateway URL")
         self.urls = tuple(urls)
         self.down: set[int] = set()
         #: Per process, how many clients' latest connections went to it.
         self.holding = [0] * len(self.urls)
+        #: One URL served by worker processes (``serve --workers``): a client
+        #: cannot tell which worker holds it, only that one was killed.
+        self.workers = workers
+        self.worker_killed = False
 
     @property
     def many(self) -> bool:
-        return len(self.urls) > 1
+        return len(self.urls) > 1 or self.workers
 
     def mark_down(self, index: int) -> None:
         """The process at ``index`` was killed: no client picks it again."""
@@ -177,6 +181,8 @@ class _Client:
         self.next_client_seq = 1
         #: The open connection, if any: closed whatever ends the run.
         self.ws: WireClient | None = None
+        #: Its connection broke after a worker was killed, and it has not resumed since.
+        self.orphaned = False
 
     def on_frame(self, frame: dict[str, object]) -> None:
         seq = frame.get("server_event_seq")
@@ -213,6 +219,9 @@ class _Client:
                 self.report.resumes_across_processes += 1
                 if self.resuming_from in self.targets.down:
                     self.report.takeovers += 1
+            elif self.orphaned:  # its worker died: taken over on whichever took it
+                self.report.takeovers += 1
+            self.orphaned = False
             self.resuming_from = -1
             replayed = frame.get("replayed")
             self.report.replayed += replayed if isinstance(replayed, int) else 0
@@ -356,9 +365,17 @@ class _Client:
         try:
             return await self.pump(ws, until)
         except _BROKEN:
-            if self.process not in self.targets.down:
+            if not self._process_died():
                 raise
             return True  # resume elsewhere, even past the deadline: answers are owed
+
+    def _process_died(self) -> bool:
+        """Whether a broken connection is its process's death (or, on one URL
+        served by workers, came after a worker was killed)."""
+        if self.targets.workers:
+            self.orphaned = self.orphaned or self.targets.worker_killed
+            return self.orphaned
+        return self.process in self.targets.down
 
     async def _come_back(self, ws: WireClient) -> WireClient:
         """Cut, wait, resume; with many processes, a resume its process broke by
@@ -372,7 +389,7 @@ class _Client:
             try:
                 await self.resend_chunks(ws)
             except _BROKEN:
-                if not self.targets.many or self.process not in self.targets.down:
+                if not self.targets.many or not self._process_died():
                     raise
                 continue
             return ws
@@ -385,7 +402,7 @@ class _Client:
         ws = self.ws = await self.open()
         while await self._pump_or_broken(ws, deadline):
             ws = await self._come_back(ws)
-        if self.process in self.targets.down:
+        if self.orphaned or (not self.targets.workers and self.process in self.targets.down):
             self.report.stranded += 1  # its process died and it never got back
         # Let the last answers arrive, then end the session politely.
         with trio.move_on_after(5):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import socket
 import ssl
 from collections.abc import Callable
 from typing import cast
@@ -216,22 +217,28 @@ def ssl_context(config: GatewayConfig) -> ssl.SSLContext | None:
 
 
 async def _listen(
-    nursery: trio.Nursery, gateway: Gateway, task_status: trio.TaskStatus[None]
+    nursery: trio.Nursery,
+    gateway: Gateway,
+    listener: socket.socket | None,
+    task_status: trio.TaskStatus[None],
 ) -> None:
-    """Listen and accept into ``nursery``; started once listening."""
+    """Listen (on ``listener`` if given) and accept into ``nursery``; started once listening."""
     config = gateway.config
-    try:
-        listeners = await trio.open_tcp_listeners(config.port, host=config.host)
-    except OSError as exc:
-        error = OSError(f"{config.host}:{config.port}: {exc.strerror or exc}")
-        error.errno = exc.errno
-        raise error from None
+    if listener is not None:
+        listeners = [trio.SocketListener(trio.socket.from_stdlib_socket(listener))]
+    else:
+        try:
+            listeners = await trio.open_tcp_listeners(config.port, host=config.host)
+        except OSError as exc:
+            error = OSError(f"{config.host}:{config.port}: {exc.strerror or exc}")
+            error.errno = exc.errno
+            raise error from None
     gateway.port = listeners[0].socket.getsockname()[1]
-    for listener in listeners:
+    for each in listeners:
         await nursery.start(
             functools.partial(
                 accept_forever,
-                listener.socket,
+                each.socket,
                 gateway.connection,
                 nursery,
                 log=gateway.service.log,
@@ -251,6 +258,7 @@ async def serve_gateway(
     faults: FaultPlan | None = None,
     registry_options: RegistryOptions | None = None,
     on_started: Callable[[GatewayService], None] | None = None,
+    listener: socket.socket | None = None,
     task_status: trio.TaskStatus[Gateway] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve until cancelled; ``nursery.start`` gets the `Gateway` (its ``url``).
@@ -263,6 +271,8 @@ async def serve_gateway(
     ``registry_options``: the registry's `RegistryOptions`
     (then ``config``'s replay TTL and bytes, disconnect grace and send
     timeout are not used; see `supervisor.gateway._registry`).
+    ``listener``: a listening socket to accept on instead of binding
+    ``config``'s host and port (``serve --workers``: the parent's, shared).
     Cancelled, it first closes every connection with 1001 (going away).
     """
     the_engine: Engine = engine if engine is not None else DemoEngine(engine_config)
@@ -302,7 +312,7 @@ async def serve_gateway(
                                 on_started(service)
                             if config.metrics_port is not None:
                                 await nursery.start(serve_operations, service)
-                            await _listen(nursery, box[0], task_status)
+                            await _listen(nursery, box[0], listener, task_status)
 
                 async with trio.open_nursery() as outer:
                     await outer.start(serve)

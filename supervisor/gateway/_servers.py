@@ -66,6 +66,9 @@ class ServeOptions:
     registry_options: RegistryOptions | None = None
     #: Called with the running gateway's URL (tests and the log read it).
     on_listening: Callable[[str], None] = field(default=lambda url: None)
+    #: A listening socket to serve on instead of binding ``config``'s host and port
+    #: (``serve --workers``: the one the parent bound, shared by every worker).
+    listener: socket.socket | None = None
 
 
 def _going_away(signum: int) -> None:
@@ -123,6 +126,7 @@ async def _serve_trio(options: ServeOptions) -> int:
                     engine=options.engine,
                     authenticate=options.authenticate,
                     registry_options=options.registry_options,
+                    listener=options.listener,
                     task_status=task_status,
                 )
             )
@@ -185,6 +189,16 @@ def listening_socket(host: str, port: int) -> socket.socket:
         sock.close()
         raise
     return sock
+
+
+def _bound(options: ServeOptions) -> socket.socket:
+    """The socket an ASGI server serves on: ``options.listener``, or one bound now."""
+    if options.listener is not None:
+        return options.listener
+    try:
+        return listening_socket(options.config.host, options.config.port)
+    except OSError as exc:
+        raise _bind_error(options.config, exc) from None
 
 
 def uvicorn_config(
@@ -269,10 +283,7 @@ def _serve_uvicorn(options: ServeOptions) -> int:
             await app.go_away()
             await super().shutdown(sockets)
 
-    try:
-        sock = listening_socket(config.host, config.port)
-    except OSError as exc:
-        raise _bind_error(config, exc) from None
+    sock = _bound(options)
     port = sock.getsockname()[1]
     shell = UvicornShell(config)
     shell.listener = sock
@@ -332,11 +343,7 @@ async def _serve_hypercorn(options: ServeOptions) -> int:
     settings = hypercorn_settings(config)
     # Bound here, before Hypercorn runs the app's lifespan: a busy port is
     # then the first thing said, not something after "gateway app started".
-    try:
-        sock = listening_socket(config.host, config.port)
-    except OSError as exc:
-        raise _bind_error(config, exc) from None
-    settings.bind = [f"fd://{sock.detach()}"]
+    settings.bind = [f"fd://{_bound(options).detach()}"]
     settings.graceful_timeout = config.close_timeout_s + 1
     if config.tls_cert is not None:
         settings.certfile, settings.keyfile = config.tls_cert, config.tls_key
