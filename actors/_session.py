@@ -54,6 +54,7 @@ from actors._loop_actor import LoopActor
 from actors._mail import (
     NO_REPLY,
     Call,
+    Committed,
     CrashReport,
     FailSession,
     Mail,
@@ -83,7 +84,7 @@ from actors._messages import (
 )
 from actors._ports import Delivery, Outbox, Reply
 from actors._state import SessionState, Transition
-from actors._store import StoreBinding
+from actors._store import Committer, StoreBinding
 
 __all__ = [
     "Call",
@@ -138,6 +139,9 @@ class SessionActor(LoopActor):
         # the first crash: most sessions never need its ~600 bytes).
         self._held: deque[Mail] | None = None
         self._suspended = False
+        # A transition whose commit the committer has not answered yet: its
+        # effects and reply wait, and so does every later message (held).
+        self._in_flight: tuple[Call, Transition] | None = None
         # An internal command that crashed once: run again first on Restart.
         self._retry: Call | None = None
         # When the last command other than a tick was handled (passivation's idleness).
@@ -243,7 +247,13 @@ class SessionActor(LoopActor):
     def on_receive(self, message: Any) -> Any:
         if self._gone:
             return None
-        if isinstance(message, Shutdown):
+        if isinstance(message, Committed):
+            self._on_committed(message)
+        elif self._in_flight is not None:
+            if self._held is None:
+                self._held = deque()
+            self._held.append(message)
+        elif isinstance(message, Shutdown):
             self._on_shutdown(message)
         elif isinstance(message, Restart):
             self._on_restart()
@@ -273,11 +283,21 @@ class SessionActor(LoopActor):
         if not self._stash.admit(state.phase, call.command, call):
             return
         self._run(call)
-        while not self._gone and not self._suspended:
+        self._run_stashed()
+
+    def _run_stashed(self) -> None:
+        """Run the stashed calls the state's phase lets through now."""
+        state = self._state
+        assert state is not None  # noqa: S101
+        while self._ready():
             held = self._stash.next_ready(state.phase)
             if held is None:
                 break
             self._run(held)
+
+    def _ready(self) -> bool:
+        """Whether the next message may run now (not gone, suspended or committing)."""
+        return not self._gone and not self._suspended and self._in_flight is None
 
     def _run(self, call: Call, *, retry: bool = True) -> None:
         state = self._state
@@ -288,8 +308,20 @@ class SessionActor(LoopActor):
         except BaseException as exc:  # noqa: BLE001 - a crash, never the actor's end
             self._crashed(call, exc, retry=retry)
             return
-        if self._binding is not None and transition.error is None and not self._persist(call):
-            return
+        if self._binding is not None and transition.error is None:
+            committer = self._context.committer
+            if committer is not None:
+                self._commit_later(committer, call, transition)
+                return
+            if not self._persist(call):
+                return
+        self._carry_out(call, transition)
+
+    def _carry_out(self, call: Call, transition: Transition) -> None:
+        """The rest of `_run`, once the transition is durable (or needs no write)."""
+        state = self._state
+        assert state is not None  # noqa: S101
+        command = call.command
         if isinstance(transition.error, InvalidResumeTokenError) and self._taken_over():
             # The token may be one another process issued when it took this
             # session over, which this process, not having written since,
@@ -326,20 +358,62 @@ class SessionActor(LoopActor):
         assert state is not None and binding is not None  # noqa: S101
         try:
             binding.commit(state)
-        except SessionReplacedError as exc:
-            state.undo()
-            call.reply.fail(exc)
-            self._replaced()
-            return False
-        except StoreError as exc:
-            state.undo()
-            call.reply.fail(exc)
-            return False
-        except BaseException as exc:  # noqa: BLE001 - a bug in a store: a crash of this call
-            state.undo()
-            self._crashed(call, exc, retry=False)
+        except BaseException as exc:  # noqa: BLE001 - sorted out by _refused
+            self._refused(call, exc)
             return False
         return True
+
+    def _refused(self, call: Call, exc: BaseException) -> None:
+        """The store refused the transition's commit: undo it and answer why."""
+        state = self._state
+        assert state is not None  # noqa: S101
+        state.undo()
+        if isinstance(exc, SessionReplacedError):
+            call.reply.fail(exc)
+            self._replaced()
+        elif isinstance(exc, StoreError):
+            call.reply.fail(exc)
+        else:  # a bug in a store: a crash of this call
+            self._crashed(call, exc, retry=False)
+
+    def _commit_later(self, committer: Committer, call: Call, transition: Transition) -> None:
+        """Hand the transition's commit to the committer; hold everything until
+        its answer (`Committed`), so nothing of it is released before it is
+        durable and this session's commits stay in order."""
+        state, binding = self._state, self._binding
+        assert state is not None and binding is not None  # noqa: S101
+        try:
+            commit = binding.prepare(state)
+        except BaseException as exc:  # noqa: BLE001 - a bug: a crash of this call
+            self._refused(call, exc)
+            return
+        if commit is None:
+            self._carry_out(call, transition)
+            return
+        self._in_flight = (call, transition)
+        committer.submit(commit, self._commit_answered)
+
+    def _commit_answered(self, error: BaseException | None) -> None:
+        """Called on the loop by the committer: the answer, as a message."""
+        # A session already gone (a shutdown that could not wait) has nothing to undo.
+        with contextlib.suppress(InboxClosedError):
+            self._mailbox.tell(Committed(error=error))
+
+    def _on_committed(self, message: Committed) -> None:
+        in_flight, self._in_flight = self._in_flight, None
+        if in_flight is None:
+            return
+        call, transition = in_flight
+        binding = self._binding
+        assert binding is not None  # noqa: S101 - only _replaced clears it, never in flight
+        if message.error is None:
+            binding.confirm()
+            self._carry_out(call, transition)
+        else:
+            self._refused(call, message.error)
+        self._run_stashed()
+        while self._held and self._ready():
+            self.on_receive(self._held.popleft())
 
     def _taken_over(self) -> bool:
         """Whether the store says another process owns this session now."""
@@ -459,7 +533,7 @@ class SessionActor(LoopActor):
         retry, self._retry = self._retry, None
         if retry is not None:
             self._run(retry, retry=False)
-        while self._held and not self._suspended and not self._gone:
+        while self._held and self._ready():
             self.on_receive(self._held.popleft())
 
     # -- passivation -----------------------------------------------------------------

@@ -76,7 +76,8 @@ from actors._session import (
     answer_unknown,
 )
 from actors._state import NO_FAILPOINTS, SessionConfig
-from actors._store import SessionStore, parked_from_store, proves_token
+from actors._store import BatchingStore, SessionStore, parked_from_store, proves_token
+from supervisor._committer import StoreCommitter
 from supervisor._faults import FaultPlan
 from supervisor._policy import RestartPolicy
 from supervisor._supervision import (
@@ -210,6 +211,12 @@ class SessionSystem:
         #: The registry's loop: its callbacks, and every actor's turns.
         self.port = port
         self._observer = observer
+        #: Writes the sessions' commits off the loop (a store that does I/O only).
+        self.committer = (
+            StoreCommitter(store, port, name=self.registry_id)
+            if isinstance(store, BatchingStore)
+            else None
+        )
         self._context = SessionContext(
             registry_id=self.registry_id,
             config=config,
@@ -219,6 +226,7 @@ class SessionSystem:
             notify=self.notify,
             owner=self,
             store=store,
+            committer=self.committer,
         )
         #: Where sessions persist beyond this process (None: memory only).
         self.store = store
@@ -307,6 +315,8 @@ class SessionSystem:
         self._closed = True
         with contextlib.suppress(pykka.ActorDeadError):
             self._supervisor.stop(block=False)
+        if self.committer is not None:
+            self.committer.close()
         loop_thread, self._loop_thread = self._loop_thread, None
         if loop_thread is not None:
             leave_loop_thread(loop_thread)

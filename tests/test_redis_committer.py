@@ -1,0 +1,255 @@
+"""Commits written off the loop: many sessions' commits in one round trip.
+
+With the Redis store a session's commit goes to its registry's committer and
+the session holds until the answer comes back: nothing of the transition
+reaches the wire before Redis has it (a redis-server stopped with SIGSTOP
+holds every frame), each session's commits and frames keep their order while
+many sessions' commits share a round trip, one session's refusal in a batch
+touches no other, and an outage answers `StoreUnavailableError` with the
+session usable once Redis is back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+
+import pytest
+import redis
+import trio
+
+from actors._credential import token_digest
+from actors._errors import SessionReplacedError
+from actors._store import Commit, StoredSession
+from supervisor import StoreUnavailableError
+from supervisor._committer import StoreCommitter
+from supervisor._memory_store import MemoryStore
+from supervisor._trio_registry import TrioSessionRegistry, open_session_registry
+from supervisor.redis_store import RedisStore
+from supervisor.testing import Wire, registry_options
+from tests.redis_support import RedisServer
+from tests.test_redis_store import events, record
+
+LIMIT = 60.0
+SESSIONS = 12
+
+
+@asynccontextmanager
+async def registry_on(store: RedisStore | MemoryStore) -> AsyncIterator[TrioSessionRegistry]:
+    async with open_session_registry(**registry_options(store=store, replay_ttl_s=600)) as reg:
+        yield reg
+
+
+def committer_of(reg: TrioSessionRegistry) -> StoreCommitter:
+    committer = reg.system.committer
+    assert committer is not None
+    return committer
+
+
+@contextmanager
+def stopped(server: RedisServer) -> Iterator[None]:
+    """Redis frozen (SIGSTOP): its socket takes commands, nothing answers."""
+    assert server.process is not None
+    os.kill(server.process.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(server.process.pid, signal.SIGCONT)
+
+
+async def until_in_flight(committer: StoreCommitter, count: int) -> None:
+    while committer.in_flight() < count:
+        await trio.sleep(0.01)
+
+
+def stored_payloads(store: RedisStore, session_id: str) -> list[dict[str, object]]:
+    stored = store.load(session_id)
+    assert stored is not None
+    assert [e.sequence for e in stored.events] == list(range(1, len(stored.events) + 1))
+    payloads = [json.loads(e.encoded) for e in stored.events]
+    for payload in payloads:
+        payload.pop("server_event_seq")
+    return payloads
+
+
+async def open_sessions(reg: TrioSessionRegistry, count: int) -> dict[str, tuple[Wire, str]]:
+    sessions = {}
+    for n in range(count):
+        wire = Wire()
+        created = await reg.create(f"s{n}", send=wire.send, close=wire.close)
+        sessions[f"s{n}"] = (wire, created.resume_token.plaintext)
+    return sessions
+
+
+async def test_no_frame_reaches_the_wire_before_its_commit_is_durable(
+    redis_server: RedisServer,
+) -> None:
+    store = RedisStore(redis_server.url, timeout_s=30)
+    with trio.fail_after(LIMIT):
+        async with registry_on(store) as reg:
+            sessions = await open_sessions(reg, SESSIONS)
+            committer = committer_of(reg)
+            with stopped(redis_server):
+                for session_id in sessions:
+                    reg.send_event_nowait(session_id, {"n": 1})
+                await until_in_flight(committer, SESSIONS)
+                # Every commit is with Redis, none answered: the loop runs on
+                # (this task does), and no session released its frame.
+                await trio.sleep(0.2)
+                assert [wire.frames for wire, _ in sessions.values()] == [[]] * SESSIONS
+            for session_id, (wire, _) in sessions.items():
+                await reg.send_event(session_id, {"n": 2})
+                assert wire.frames == [
+                    {"n": 1, "server_event_seq": 1},
+                    {"n": 2, "server_event_seq": 2},
+                ]
+            # The frozen round trip carried the commits of many sessions at once.
+            assert committer.largest_batch >= SESSIONS // 2
+    for session_id in sessions:
+        assert stored_payloads(store, session_id) == [{"n": 1}, {"n": 2}]
+    store.close()
+
+
+async def test_each_session_keeps_its_order_while_commits_batch_across_sessions(
+    redis_server: RedisServer,
+) -> None:
+    store = RedisStore(redis_server.url, timeout_s=30)
+    events = 15
+
+    async def talk(reg: TrioSessionRegistry, session_id: str) -> None:
+        for n in range(events):
+            if n % 3 == 2:
+                reg.send_event_nowait(session_id, {"n": n})
+            else:
+                await reg.send_event(session_id, {"n": n})
+
+    with trio.fail_after(LIMIT):
+        async with registry_on(store) as reg:
+            sessions = await open_sessions(reg, SESSIONS)
+            async with trio.open_nursery() as nursery:
+                for session_id in sessions:
+                    nursery.start_soon(talk, reg, session_id)
+            for session_id in sessions:
+                await reg.send_event(session_id, {"n": events})
+            committer = committer_of(reg)
+            assert committer.batches < committer.commits
+    expected = [{"n": n} for n in range(events + 1)]
+    for session_id, (wire, _) in sessions.items():
+        assert [{"n": f["n"]} for f in wire.frames] == expected
+        assert wire.sequences() == list(range(1, events + 2))
+        assert stored_payloads(store, session_id) == expected
+    store.close()
+
+
+async def test_a_refusal_in_a_batch_touches_only_its_session(redis_server: RedisServer) -> None:
+    store = RedisStore(redis_server.url, timeout_s=30)
+    other_process = RedisStore(redis_server.url)
+    with trio.fail_after(LIMIT):
+        async with registry_on(store) as reg:
+            sessions = await open_sessions(reg, SESSIONS)
+            victim_wire, victim_token = sessions["s3"]
+            # Another process takes s3 over: this one's epoch is fenced.
+            assert other_process.acquire("s3", token_digest(victim_token)) is not None
+            committer = committer_of(reg)
+            with stopped(redis_server):
+                for session_id in sessions:
+                    reg.send_event_nowait(session_id, {"n": 1})
+                await until_in_flight(committer, SESSIONS)
+            for session_id, (wire, _) in sessions.items():
+                if session_id != "s3":
+                    await reg.send_event(session_id, {"n": 2})
+                    assert wire.frames == [
+                        {"n": 1, "server_event_seq": 1},
+                        {"n": 2, "server_event_seq": 2},
+                    ]
+            await victim_wire.closed.wait()
+            assert victim_wire.closes == ["replaced"]
+            assert victim_wire.frames == []
+            assert committer.largest_batch >= SESSIONS // 2
+    assert stored_payloads(store, "s3") == []
+    for session_id in sessions:
+        if session_id != "s3":
+            assert stored_payloads(store, session_id) == [{"n": 1}, {"n": 2}]
+    other_process.close()
+    store.close()
+
+
+async def test_an_outage_answers_unavailable_and_the_session_works_after(
+    redis_server: RedisServer,
+) -> None:
+    store = RedisStore(redis_server.url, timeout_s=2)
+    with trio.fail_after(LIMIT):
+        async with registry_on(store) as reg:
+            sessions = await open_sessions(reg, 3)
+            for session_id in sessions:
+                await reg.send_event(session_id, {"n": 1})
+            await trio.to_thread.run_sync(redis_server.kill)
+            for session_id in sessions:
+                with pytest.raises(StoreUnavailableError):
+                    await reg.send_event(session_id, {"n": "lost"})
+            await trio.to_thread.run_sync(redis_server.start)
+            for session_id, (wire, _) in sessions.items():
+                entry = await reg.send_event(session_id, {"n": 2})
+                assert entry is not None and entry.sequence == 2
+                assert wire.frames == [
+                    {"n": 1, "server_event_seq": 1},
+                    {"n": 2, "server_event_seq": 2},
+                ]
+    for session_id in sessions:
+        assert stored_payloads(store, session_id) == [{"n": 1}, {"n": 2}]
+    store.close()
+
+
+async def test_the_memory_store_writes_in_the_sessions_turn_with_no_committer() -> None:
+    store = MemoryStore()
+    with trio.fail_after(LIMIT):
+        async with registry_on(store) as reg:
+            assert reg.system.committer is None
+            wire = Wire()
+            await reg.create("s", send=wire.send, close=wire.close)
+            await reg.send_event("s", {"n": 1})
+            stored = store.load("s")
+            assert stored is not None and len(stored.events) == 1
+
+
+def test_commit_many_answers_each_commit_alone(redis_server: RedisServer) -> None:
+    store = RedisStore(redis_server.url)
+    for session_id in ("a", "b", "c"):
+        store.create(session_id, record())
+    commits = [
+        Commit(session_id="a", epoch=1, record=None, appends=events(1, 2)),
+        Commit(session_id="b", epoch=2, record=None, appends=events(1, 1)),  # not its epoch
+        Commit(session_id="c", epoch=1, record=None, appends=events(1, 1)),
+        Commit(session_id="a", epoch=1, record=None, appends=events(3, 3)),
+    ]
+    outcomes = store.commit_many(commits)
+    assert [type(o) for o in outcomes] == [type(None), SessionReplacedError, type(None), type(None)]
+    assert [e.sequence for e in loaded(store, "a").events] == [1, 2, 3]
+    assert loaded(store, "b").events == ()
+    assert [e.sequence for e in loaded(store, "c").events] == [1]
+    store.close()
+
+
+def test_commit_many_loads_its_script_again_after_redis_lost_it(
+    redis_server: RedisServer,
+) -> None:
+    store = RedisStore(redis_server.url)
+    store.create("a", record())
+    redis.Redis.from_url(redis_server.url).script_flush()
+    outcomes = store.commit_many(
+        [Commit(session_id="a", epoch=1, record=None, appends=events(1, 1))]
+    )
+    assert outcomes == [None]
+    assert store.renew_many([("a", 1), ("a", 2)]) == [True, False]
+    redis.Redis.from_url(redis_server.url).script_flush()
+    assert store.renew_many([("a", 1)]) == [True]
+    store.close()
+
+
+def loaded(store: RedisStore, session_id: str) -> StoredSession:
+    stored = store.load(session_id)
+    assert stored is not None
+    return stored
