@@ -32,6 +32,7 @@ time rule; the vocabulary it speaks is in `actors._mail`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
 from collections import deque
@@ -648,6 +649,11 @@ class SessionActor(LoopActor):
         """A closed session leaves the store too (if this process still owns it)."""
         binding, self._binding = self._binding, None
         if binding is None:
+            return
+        committer = self._context.committer
+        if committer is not None:  # off the loop, after this session's last commit
+            delete = functools.partial(binding.store.delete, self.session_id, binding.epoch)
+            committer.call(delete, None, what=f"session {self.session_id}: store delete")
             return
         try:
             binding.store.delete(self.session_id, binding.epoch)

@@ -228,6 +228,16 @@ class Committer(Protocol):
         """Queue ``commit``; ``answer`` runs on the registry's loop once the store
         answered (never inside this call)."""
 
+    def call(
+        self,
+        fn: Callable[[], object],
+        answer: Callable[[object, BaseException | None], None] | None,
+        *,
+        what: str,
+    ) -> None:
+        """Run ``fn``, another store call, after the commits queued before it;
+        ``answer(result, error)`` on the loop after (none: an error is logged)."""
+
 
 def identity_fingerprint(identity: object) -> str | None:
     """A digest of a client's identity that another process computes alike.

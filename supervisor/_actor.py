@@ -31,12 +31,13 @@ successor: none is dropped, however many supervisors die in a row.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import pykka
 
@@ -88,6 +89,7 @@ from supervisor._supervision import (
     Crashed,
     Create,
     Gone,
+    LeasesRenewed,
     ParkedDeadlines,
     PollTimers,
     Proceed,
@@ -242,6 +244,8 @@ class SessionSystem:
         self.timers = Timers(self.clock)
         self.books = Books()
         self._parked_due = ParkedDeadlines()
+        # A sweep's renewals are with the committer (its answer not back yet).
+        self._renewing = False
         self._closed = False
         self._takeover_lock = threading.Lock()
         # Built on the loop it will run on: a blocking future's get() there
@@ -556,6 +560,10 @@ class SessionSystem:
         store, epoch = self.store, mailbox.store_epoch
         if store is None or epoch is None:
             return
+        if self.committer is not None:
+            delete = functools.partial(store.delete, mailbox.session_id, epoch)
+            self.committer.call(delete, None, what=f"session {mailbox.session_id}: store delete")
+            return
         try:
             store.delete(mailbox.session_id, epoch)
         except StoreError as exc:
@@ -566,13 +574,35 @@ class SessionSystem:
         """Renew this process's leases; a refused one was taken over elsewhere."""
         store = self.store
         assert store is not None  # noqa: S101
-        held = [(m, m.store_epoch) for m in list(self._routes.values()) if m.store_epoch]
-        try:
-            renewed = store.renew_many([(m.session_id, epoch) for m, epoch in held])
-        except StoreError:
+        held = tuple((m, m.store_epoch) for m in list(self._routes.values()) if m.store_epoch)
+        leases = [(m.session_id, epoch) for m, epoch in held]
+        committer = self.committer
+        if committer is None:
+            try:
+                renewed = store.renew_many(leases)
+            except StoreError:
+                return  # the store is away: the next sweep tries again
+            self._renewed(LeasesRenewed(held=held, renewed=tuple(renewed)))
+            return
+        if self._renewing or not held:
+            return  # the last sweep's renewals are still on their way
+        self._renewing = True
+
+        def answer(renewed: object, error: BaseException | None) -> None:
+            if error is not None and not isinstance(error, StoreError):
+                logger.error("registry %s: lease renewal failed: %r", self.registry_id, error)
+            kept = None if error is not None else tuple(cast(list[bool], renewed))
+            self.tell_supervisor(LeasesRenewed(held=held, renewed=kept))
+
+        committer.call(functools.partial(store.renew_many, leases), answer, what="lease renewal")
+
+    def _renewed(self, message: LeasesRenewed) -> None:
+        """The store answered a sweep's renewals: let go of what another process took."""
+        self._renewing = False
+        if message.renewed is None:
             return  # the store is away: the next sweep tries again
-        for (mailbox, epoch), kept in zip(held, renewed, strict=True):
-            if kept:
+        for (mailbox, epoch), kept in zip(message.held, message.renewed, strict=True):
+            if kept or self._routes.get(mailbox.session_id) is not mailbox:
                 continue
             parked = mailbox.parked
             if parked is not None and mailbox.close_if_parked():
@@ -740,6 +770,7 @@ _HANDLERS: dict[type[Any], Callable[[SessionSystem, Any], None]] = {
     Reopen: SessionSystem._reopen,
     Gone: SessionSystem._forget,
     Sweep: SessionSystem._sweep,
+    LeasesRenewed: SessionSystem._renewed,
     Stop: SessionSystem._stop_sessions,
     Wake: SessionSystem._activate,
     Crashed: SessionSystem._decide,

@@ -27,18 +27,36 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from actors._errors import StoreUnavailableError
+from actors._errors import StoreError, StoreUnavailableError
 from actors._ports import LoopPort
 from actors._store import BatchingStore, Commit, CommitAnswer
 
-__all__ = ["MAX_BATCH", "StoreCommitter"]
+__all__ = ["MAX_BATCH", "CallAnswer", "StoreCommitter"]
 
 logger = logging.getLogger("duplex_supervisor.supervisor")
 
 #: Commits sent in one round trip at most (a longer queue takes several).
 MAX_BATCH = 512
+
+#: How `StoreCommitter.call` answers: the call's result, or its error.
+CallAnswer = Callable[[Any, BaseException | None], None]
+
+
+class _Call:
+    """Another store call for the thread (a sweep's renewals, a delete)."""
+
+    __slots__ = ("answer", "fn", "what")
+
+    def __init__(self, fn: Callable[[], Any], answer: CallAnswer | None, what: str) -> None:
+        self.fn = fn
+        self.answer = answer
+        self.what = what
+
+
+_Item = tuple[Commit, CommitAnswer] | _Call
 
 
 class StoreCommitter:
@@ -48,7 +66,7 @@ class StoreCommitter:
         self._store = store
         self._port = port
         self._name = name
-        self._queue: list[tuple[Commit, CommitAnswer]] = []
+        self._queue: list[_Item] = []
         self._wake = threading.Condition(threading.Lock())
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -60,9 +78,24 @@ class StoreCommitter:
         self.largest_batch = 0
 
     def submit(self, commit: Commit, answer: CommitAnswer) -> None:
+        if not self._queued((commit, answer)):
+            closed = StoreUnavailableError("the registry's store committer is closed")
+            self._port.submit(lambda: answer(closed))
+
+    def call(self, fn: Callable[[], Any], answer: CallAnswer | None, *, what: str) -> None:
+        """Run ``fn`` (a store call) on the thread, after the commits queued before it.
+
+        ``answer(result, error)`` runs on the loop after; without one, a
+        `StoreError` is logged (``what`` names the call) and the result dropped.
+        """
+        if not self._queued(_Call(fn, answer, what)) and answer is not None:
+            closed = StoreUnavailableError("the registry's store committer is closed")
+            self._port.submit(lambda: answer(None, closed))
+
+    def _queued(self, item: _Item) -> bool:
         with self._wake:
             if not self._closed:
-                self._queue.append((commit, answer))
+                self._queue.append(item)
                 if self._thread is None:
                     self._thread = threading.Thread(
                         target=self._write, name=f"duplex-committer-{self._name}", daemon=True
@@ -70,12 +103,11 @@ class StoreCommitter:
                     self._thread.start()
                 elif len(self._queue) == 1:
                     self._wake.notify()
-                return
-        closed = StoreUnavailableError("the registry's store committer is closed")
-        self._port.submit(lambda: answer(closed))
+                return True
+        return False
 
     def in_flight(self) -> int:
-        """Commits queued or being written now."""
+        """Commits (and other store calls) queued or being written now."""
         with self._wake:
             return len(self._queue) + self._writing
 
@@ -95,20 +127,58 @@ class StoreCommitter:
                     self._wake.wait()
                 if not self._queue:
                     return
-                batch = self._queue[:MAX_BATCH]
-                del self._queue[:MAX_BATCH]
-                self._writing = len(batch)
-            outcomes = self._commit_many([commit for commit, _ in batch])
-            self.batches += 1
-            self.commits += len(batch)
-            self.largest_batch = max(self.largest_batch, len(batch))
-            answers = [(a, outcome) for (_, a), outcome in zip(batch, outcomes, strict=True)]
-            try:
-                self._port.submit(functools.partial(_answer, answers))
-            except BaseException:  # noqa: BLE001 - the loop is gone: nobody waits any more
-                logger.warning("store committer %s: the loop is gone", self._name)
+                head = self._queue[0]
+                if isinstance(head, _Call):
+                    del self._queue[0]
+                    self._writing = 1
+                    batch: list[tuple[Commit, CommitAnswer]] = []
+                else:
+                    batch = self._take_commits()
+                    self._writing = len(batch)
+            if isinstance(head, _Call):
+                self._call(head)
+            else:
+                self._write_batch(batch)
             with self._wake:
                 self._writing = 0
+
+    def _take_commits(self) -> list[tuple[Commit, CommitAnswer]]:
+        """The commits at the head of the queue (up to `MAX_BATCH`), taken out."""
+        batch: list[tuple[Commit, CommitAnswer]] = []
+        for item in self._queue:
+            if isinstance(item, _Call) or len(batch) == MAX_BATCH:
+                break
+            batch.append(item)
+        del self._queue[: len(batch)]
+        return batch
+
+    def _call(self, call: _Call) -> None:
+        result: Any = None
+        error: BaseException | None = None
+        try:
+            result = call.fn()
+        except BaseException as exc:  # noqa: BLE001 - answered, or logged below
+            error = exc
+        if call.answer is not None:
+            self._answer_on_loop(functools.partial(call.answer, result, error))
+        elif isinstance(error, StoreError):
+            logger.warning("store committer %s: %s failed (%s)", self._name, call.what, error)
+        elif error is not None:
+            logger.error("store committer %s: %s failed: %r", self._name, call.what, error)
+
+    def _write_batch(self, batch: list[tuple[Commit, CommitAnswer]]) -> None:
+        outcomes = self._commit_many([commit for commit, _ in batch])
+        self.batches += 1
+        self.commits += len(batch)
+        self.largest_batch = max(self.largest_batch, len(batch))
+        answers = [(a, outcome) for (_, a), outcome in zip(batch, outcomes, strict=True)]
+        self._answer_on_loop(functools.partial(_answer, answers))
+
+    def _answer_on_loop(self, fn: Callable[[], object]) -> None:
+        try:
+            self._port.submit(fn)
+        except BaseException:  # noqa: BLE001 - the loop is gone: nobody waits any more
+            logger.warning("store committer %s: the loop is gone", self._name)
 
     def _commit_many(self, commits: Sequence[Commit]) -> Sequence[BaseException | None]:
         try:

@@ -29,6 +29,7 @@ __all__ = [
     "Crashed",
     "Create",
     "Gone",
+    "LeasesRenewed",
     "PollTimers",
     "Proceed",
     "RegistryStats",
@@ -132,6 +133,14 @@ class Sweep:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class LeasesRenewed:
+    """The store's answer to a sweep's lease renewals (``None``: it is away)."""
+
+    held: tuple[tuple[SessionMailbox, int], ...] = field(repr=False)
+    renewed: tuple[bool, ...] | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Stop:
     reply: Reply = field(repr=False)
 
@@ -176,6 +185,7 @@ MESSAGES = (
     Reopen,
     Gone,
     Sweep,
+    LeasesRenewed,
     Stop,
     Crashed,
     Proceed,
