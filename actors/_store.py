@@ -54,7 +54,7 @@ import hmac
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from actors._credential import token_digest
@@ -420,14 +420,22 @@ class StoreBinding:
         record = state.store_record(offset)
         last = self._record
         appended = state.entries_after(self._last_sequence)
-        if not appended and _same(record, last):
+        same_fields = _same_fields(record, last)
+        if not appended and same_fields and record.next_sequence == last.next_sequence:
             return None
         events = tuple(stored_event(entry, offset) for entry in appended)
         # The common commit, one event journaled: only next_sequence moved, and
         # the store derives it from the appends (fewer bytes per event).
-        sequence_only = bool(events) and _same(
-            replace(record, next_sequence=last.next_sequence), last
-        )
+        sequence_only = bool(events) and same_fields
+        settles: tuple[str, ...] = ()
+        client_seq: int | None = None
+        for event in events:
+            key = settled_input(event.encoded)
+            if key:
+                settles += (key,)
+            seq = handled_client_seq(event.encoded)
+            if seq and (client_seq is None or seq > client_seq):
+                client_seq = seq
         self._prepared = record
         return Commit(
             session_id=self.session_id,
@@ -440,11 +448,8 @@ class StoreBinding:
             trim_through=(
                 record.dropped_through if record.dropped_through != last.dropped_through else None
             ),
-            settles=tuple(key for key in map(settled_input, (e.encoded for e in events)) if key),
-            client_seq=max(
-                (seq for seq in map(handled_client_seq, (e.encoded for e in events)) if seq),
-                default=None,
-            ),
+            settles=settles,
+            client_seq=client_seq,
         )
 
     def confirm(self) -> None:
@@ -455,8 +460,18 @@ class StoreBinding:
         self._last_sequence = record.next_sequence - 1
 
 
-def _same(record: SessionRecord, last: SessionRecord) -> bool:
-    # detached_at moves with the wall clock offset: compare the rest exactly.
-    if (record.detached_at is None) != (last.detached_at is None):
-        return False
-    return replace(record, detached_at=last.detached_at) == last
+def _same_fields(record: SessionRecord, last: SessionRecord) -> bool:
+    """Equal but for ``next_sequence`` (and ``detached_at``'s value, which moves
+    with the wall clock offset: only whether it is set counts)."""
+    return (
+        record.token_digest == last.token_digest
+        and record.attachment_generation == last.attachment_generation
+        and record.lease_generation == last.lease_generation
+        and (record.detached_at is None) == (last.detached_at is None)
+        and record.dropped_through == last.dropped_through
+        and record.overflowed == last.overflowed
+        and record.recovery_token_digest == last.recovery_token_digest
+        and record.orphaned_lease_generation == last.orphaned_lease_generation
+        and record.last_resume == last.last_resume
+        and record.drop_runs == last.drop_runs
+    )

@@ -253,3 +253,27 @@ def loaded(store: RedisStore, session_id: str) -> StoredSession:
     stored = store.load(session_id)
     assert stored is not None
     return stored
+
+
+async def test_a_sweep_does_not_wait_for_a_frozen_redis(redis_server: RedisServer) -> None:
+    # The lease renewals go to the committer's thread; the loop sweeps on.
+    store = RedisStore(redis_server.url, timeout_s=30)
+    other_process = RedisStore(redis_server.url)
+    with trio.fail_after(LIMIT):
+        async with registry_on(store) as reg:
+            sessions = await open_sessions(reg, 3)
+            _, token = sessions["s1"]
+            with stopped(redis_server):
+                await reg.sweep()
+                await reg.sweep()  # the first one's renewals still out: not sent twice
+                assert committer_of(reg).in_flight() == 1
+            # Taken over elsewhere: the next sweep's renewal learns it.
+            assert other_process.acquire("s1", token_digest(token)) is not None
+            wire, _ = sessions["s1"]
+            while not wire.closes:
+                await reg.sweep()
+                await trio.sleep(0.01)
+            assert wire.closes == ["replaced"]
+            assert [w.closes for sid, (w, _) in sessions.items() if sid != "s1"] == [[], []]
+    other_process.close()
+    store.close()
