@@ -132,10 +132,12 @@ class Replaced(Mail):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Committed(Mail):
-    """The committer: the store answered this session's commit in flight."""
+    """The committer: the store answered this session's commit (or create) in flight."""
 
     #: ``None``: durable; otherwise the store's refusal (or a bug in it).
     error: BaseException | None = field(default=None, repr=False)
+    #: A create's answer: the session's first epoch.
+    epoch: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

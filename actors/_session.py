@@ -37,6 +37,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import pykka
@@ -85,7 +86,7 @@ from actors._messages import (
 )
 from actors._ports import Delivery, Outbox, Reply
 from actors._state import SessionState, Transition
-from actors._store import Committer, StoreBinding
+from actors._store import Committer, SessionRecord, StoreBinding
 
 __all__ = [
     "Call",
@@ -106,6 +107,15 @@ __all__ = [
 ]
 
 logger = logging.getLogger("duplex_supervisor.actors")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Creating:
+    """A new session whose create the store has not answered yet."""
+
+    state: SessionState = field(repr=False)
+    created: Transition = field(repr=False)
+    record: SessionRecord = field(repr=False)
 
 
 class SessionActor(LoopActor):
@@ -140,9 +150,10 @@ class SessionActor(LoopActor):
         # the first crash: most sessions never need its ~600 bytes).
         self._held: deque[Mail] | None = None
         self._suspended = False
-        # A transition whose commit the committer has not answered yet: its
-        # effects and reply wait, and so does every later message (held).
-        self._in_flight: tuple[Call, Transition] | None = None
+        # A transition whose commit the committer has not answered yet (or the
+        # session's create in the store): its effects and reply wait, and so
+        # does every later message (held).
+        self._in_flight: tuple[Call, Transition] | _Creating | None = None
         # An internal command that crashed once: run again first on Restart.
         self._retry: Call | None = None
         # When the last command other than a tick was handled (passivation's idleness).
@@ -188,30 +199,62 @@ class SessionActor(LoopActor):
             opening.reply.fail(failure)
             self._leave("create_failed", answer=lambda call: call.reply.fail(failure))
             return
-        if self._context.store is not None:
+        store, committer = self._context.store, self._context.committer
+        if store is not None and committer is not None:
+            # Created in the store off the loop; everything waits for the answer.
+            record = state.store_record(time.time() - self._context.clock())
+            self._in_flight = _Creating(state=state, created=created, record=record)
+            create = functools.partial(store.create, self.session_id, record)
+            committer.call(create, self._create_answered, what="create")
+            return
+        if store is not None:
             try:
                 self._bind(state, epoch=None)
             except BaseException as exc:  # noqa: BLE001 - a duplicate id, Redis down: caller's
-                failure = exc
-                opening.reply.fail(failure)
-                self._leave("create_failed", answer=lambda call: call.reply.fail(failure))
+                self._create_failed(exc)
                 return
+        self._opened(state, created)
+
+    def _opened(self, state: SessionState, created: Transition) -> None:
+        opening = self._opening
+        assert opening is not None  # noqa: S101
         self._state = state
         self._opening = None
         self._release(created, opening.reply)
 
+    def _create_failed(self, failure: BaseException) -> None:
+        opening = self._opening
+        assert opening is not None  # noqa: S101
+        opening.reply.fail(failure)
+        self._leave("create_failed", answer=lambda call: call.reply.fail(failure))
+
+    def _create_answered(self, epoch: object, error: BaseException | None) -> None:
+        """Called on the loop by the committer: the store's create, as a message."""
+        with contextlib.suppress(InboxClosedError):
+            self._mailbox.tell(
+                Committed(error=error, epoch=epoch if isinstance(epoch, int) else None)
+            )
+
     def _bind(self, state: SessionState, *, epoch: int | None) -> None:
         """Link the session to the store: create it there (``epoch`` None), or
         take the epoch the supervisor's takeover (or an earlier actor) holds."""
+        record = state.store_record(time.time() - self._context.clock())
+        if epoch is None:
+            store = self._context.store
+            assert store is not None  # noqa: S101
+            epoch = store.create(self.session_id, record)
+        self._bound(epoch, record)
+
+    def _bound(self, epoch: int, record: SessionRecord) -> None:
         store = self._context.store
         assert store is not None  # noqa: S101
-        clock = self._context.clock
-        record = state.store_record(time.time() - clock())
-        if epoch is None:
-            epoch = store.create(self.session_id, record)
         self._mailbox.store_epoch = epoch
         self._binding = StoreBinding(
-            store=store, session_id=self.session_id, epoch=epoch, record=record, clock=clock
+            store=store,
+            session_id=self.session_id,
+            epoch=epoch,
+            record=record,
+            clock=self._context.clock,
         )
 
     def _reactivate(self, parked: ParkedSession) -> None:
@@ -402,16 +445,23 @@ class SessionActor(LoopActor):
 
     def _on_committed(self, message: Committed) -> None:
         in_flight, self._in_flight = self._in_flight, None
-        if in_flight is None:
+        if isinstance(in_flight, _Creating):
+            if message.error is not None or message.epoch is None:
+                self._create_failed(message.error or RuntimeError("the store gave no epoch"))
+                return
+            self._bound(message.epoch, in_flight.record)
+            self._opened(in_flight.state, in_flight.created)
+        elif in_flight is not None:
+            call, transition = in_flight
+            binding = self._binding
+            assert binding is not None  # noqa: S101 - only _replaced clears it, never in flight
+            if message.error is None:
+                binding.confirm()
+                self._carry_out(call, transition)
+            else:
+                self._refused(call, message.error)
+        if self._gone:
             return
-        call, transition = in_flight
-        binding = self._binding
-        assert binding is not None  # noqa: S101 - only _replaced clears it, never in flight
-        if message.error is None:
-            binding.confirm()
-            self._carry_out(call, transition)
-        else:
-            self._refused(call, message.error)
         self._run_stashed()
         while self._held and self._ready():
             self.on_receive(self._held.popleft())

@@ -22,7 +22,7 @@ import redis
 import trio
 
 from actors._credential import token_digest
-from actors._errors import SessionReplacedError
+from actors._errors import DuplicateSessionError, SessionReplacedError
 from actors._store import Commit, StoredSession
 from supervisor import StoreUnavailableError
 from supervisor._committer import StoreCommitter
@@ -276,4 +276,54 @@ async def test_a_sweep_does_not_wait_for_a_frozen_redis(redis_server: RedisServe
             assert wire.closes == ["replaced"]
             assert [w.closes for sid, (w, _) in sessions.items() if sid != "s1"] == [[], []]
     other_process.close()
+    store.close()
+
+
+async def test_a_create_waits_for_the_store_off_the_loop(redis_server: RedisServer) -> None:
+    store = RedisStore(redis_server.url, timeout_s=30)
+    with trio.fail_after(LIMIT):
+        async with registry_on(store) as reg:
+            (existing_wire, _), *_ = (await open_sessions(reg, 1)).values()
+            committer = committer_of(reg)
+            wire = Wire()
+            opened = trio.Event()
+
+            async def create() -> None:
+                await reg.create("new", send=wire.send, close=wire.close)
+                opened.set()
+
+            async with trio.open_nursery() as nursery:
+                with stopped(redis_server):
+                    nursery.start_soon(create)
+                    await until_in_flight(committer, 1)
+                    reg.send_event_nowait("new", {"n": 1})  # held behind the create
+                    # The loop is free: an event to a live session is queued too.
+                    reg.send_event_nowait("s0", {"n": 1})
+                    await trio.sleep(0.2)
+                    assert not opened.is_set()
+                    assert wire.frames == existing_wire.frames == []
+            await reg.send_event("new", {"n": 2})
+            assert wire.sequences() == [1, 2]
+    assert stored_payloads(store, "new") == [{"n": 1}, {"n": 2}]
+    store.close()
+
+
+async def test_a_refused_create_is_the_callers_error_and_leaves_nothing(
+    redis_server: RedisServer,
+) -> None:
+    store = RedisStore(redis_server.url, timeout_s=2)
+    RedisStore(redis_server.url).create("taken", record())
+    with trio.fail_after(LIMIT):
+        async with registry_on(store) as reg:
+            wire = Wire()
+            with pytest.raises(DuplicateSessionError):
+                await reg.create("taken", send=wire.send, close=wire.close)
+            assert "taken" not in reg.session_ids()
+            await trio.to_thread.run_sync(redis_server.kill)
+            with pytest.raises(StoreUnavailableError):
+                await reg.create("later", send=wire.send, close=wire.close)
+            await trio.to_thread.run_sync(redis_server.start)
+            await reg.create("later", send=wire.send, close=wire.close)
+            await reg.send_event("later", {"n": 1})
+            assert wire.sequences() == [1]
     store.close()
