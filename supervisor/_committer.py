@@ -135,12 +135,11 @@ class StoreCommitter:
                 else:
                     batch = self._take_commits()
                     self._writing = len(batch)
-            if isinstance(head, _Call):
-                self._call(head)
-            else:
-                self._write_batch(batch)
+            answer = self._call(head) if isinstance(head, _Call) else self._write_batch(batch)
             with self._wake:
-                self._writing = 0
+                self._writing = 0  # done: before its answers, so none sees it in flight
+            if answer is not None:
+                self._answer_on_loop(answer)
 
     def _take_commits(self) -> list[tuple[Commit, CommitAnswer]]:
         """The commits at the head of the queue (up to `MAX_BATCH`), taken out."""
@@ -152,7 +151,7 @@ class StoreCommitter:
         del self._queue[: len(batch)]
         return batch
 
-    def _call(self, call: _Call) -> None:
+    def _call(self, call: _Call) -> Callable[[], object] | None:
         result: Any = None
         error: BaseException | None = None
         try:
@@ -160,19 +159,20 @@ class StoreCommitter:
         except BaseException as exc:  # noqa: BLE001 - answered, or logged below
             error = exc
         if call.answer is not None:
-            self._answer_on_loop(functools.partial(call.answer, result, error))
-        elif isinstance(error, StoreError):
+            return functools.partial(call.answer, result, error)
+        if isinstance(error, StoreError):
             logger.warning("store committer %s: %s failed (%s)", self._name, call.what, error)
         elif error is not None:
             logger.error("store committer %s: %s failed: %r", self._name, call.what, error)
+        return None
 
-    def _write_batch(self, batch: list[tuple[Commit, CommitAnswer]]) -> None:
+    def _write_batch(self, batch: list[tuple[Commit, CommitAnswer]]) -> Callable[[], object]:
         outcomes = self._commit_many([commit for commit, _ in batch])
         self.batches += 1
         self.commits += len(batch)
         self.largest_batch = max(self.largest_batch, len(batch))
         answers = [(a, outcome) for (_, a), outcome in zip(batch, outcomes, strict=True)]
-        self._answer_on_loop(functools.partial(_answer, answers))
+        return functools.partial(_answer, answers)
 
     def _answer_on_loop(self, fn: Callable[[], object]) -> None:
         try:
