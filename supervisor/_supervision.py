@@ -24,6 +24,7 @@ from actors._session import Call, CrashReport, Opening, SessionActor
 
 __all__ = [
     "MESSAGES",
+    "Adopted",
     "Books",
     "Closing",
     "Crashed",
@@ -175,6 +176,15 @@ class Adopt:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Adopted:
+    """The store's answer to a takeover: ``(stored, taken)``, or its error."""
+
+    session_id: str
+    outcome: object = field(default=None, repr=False)
+    error: BaseException | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PollTimers:
     """A nudge from the door's timer task: the supervisor's turn fires what is due."""
 
@@ -191,6 +201,7 @@ MESSAGES = (
     Proceed,
     Wake,
     Adopt,
+    Adopted,
     PollTimers,
 )
 

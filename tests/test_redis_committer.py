@@ -23,8 +23,9 @@ import trio
 
 from actors._credential import token_digest
 from actors._errors import DuplicateSessionError, SessionReplacedError
+from actors._messages import ResumeResult
 from actors._store import Commit, StoredSession
-from supervisor import StoreUnavailableError
+from supervisor import InvalidResumeTokenError, StoreUnavailableError
 from supervisor._committer import StoreCommitter
 from supervisor._memory_store import MemoryStore
 from supervisor._trio_registry import TrioSessionRegistry, open_session_registry
@@ -326,4 +327,47 @@ async def test_a_refused_create_is_the_callers_error_and_leaves_nothing(
             await reg.create("later", send=wire.send, close=wire.close)
             await reg.send_event("later", {"n": 1})
             assert wire.sequences() == [1]
+    store.close()
+
+
+async def test_a_takeover_waits_for_the_store_off_the_loop(redis_server: RedisServer) -> None:
+    owner_store = RedisStore(redis_server.url)
+    store = RedisStore(redis_server.url, timeout_s=30)
+    with trio.fail_after(LIMIT):
+        async with registry_on(owner_store) as owner:
+            (_, token), *_ = (await open_sessions(owner, 1)).values()
+            await owner.send_event("s0", {"n": 1})
+            async with registry_on(store) as reg:
+                wires = [Wire(), Wire()]
+                results: list[object] = []
+
+                async def resume(wire: Wire) -> None:
+                    try:
+                        result: object = await reg.resume(
+                            "s0",
+                            resume_token=token,
+                            last_received_server_event_seq=0,
+                            send=wire.send,
+                            close=wire.close,
+                        )
+                    except InvalidResumeTokenError as exc:  # the first one rotated it
+                        result = exc
+                    results.append(result)
+
+                async with trio.open_nursery() as nursery:
+                    with stopped(redis_server):
+                        for wire in wires:
+                            nursery.start_soon(resume, wire)
+                        await until_in_flight(committer_of(reg), 1)
+                        with trio.fail_after(10):  # the loop is not waiting for Redis
+                            await trio.sleep(0.2)
+                        assert results == []
+                # Two resumes, one takeover: the second found the session here.
+                assert len(results) == 2
+                assert any(isinstance(r, ResumeResult) for r in results), results
+                stored = store.load("s0", events=False)
+                assert stored is not None and stored.epoch == 2
+                await reg.send_event("s0", {"n": 2})
+    assert stored_payloads(store, "s0") == [{"n": 1}, {"n": 2}]
+    owner_store.close()
     store.close()
