@@ -1,4 +1,4 @@
-"""StoreCommitter: a registry's commits, written off its loop, many per round trip.
+"""StoreCommitter: a registry's store I/O, off its loop; many commits per round trip.
 
 With a store that does I/O (`actors._store.BatchingStore`, e.g. the Redis
 store), a session does not write its commit in its own turn: that would stall
@@ -9,6 +9,10 @@ one thread takes every commit queued since its last write and sends them in one
 then answers them all on the loop with one ``submit``. While a round trip is in
 flight the next commits gather, so the batch grows with the load by itself
 (always-on pipelining, as Centrifugo's rueidis client does).
+
+The registry's other store calls (a session's create, a delete, a
+takeover's read and acquire, a sweep's lease renewals: `StoreCommitter.call`)
+run on the same thread, in queue order, each answered on the loop.
 
 A session has at most one commit in flight, so its commits and effects keep
 their order; across sessions they batch. Each commit is answered alone: one

@@ -267,8 +267,10 @@ class RedisStore:
     ``url`` is a redis-py URL (``redis://host:port/db``); it may hold a
     password, so errors name only the host and port. At most
     ``max_connections`` connections, shared by every thread of the process
-    that calls it (a registry's sessions call it from their loop; a write
-    borrows one for its round trip; more at once wait, up to ``timeout_s``).
+    that calls it (a registry calls it from its committer's thread, never
+    its loop: `supervisor._committer`; a write borrows one for its round
+    trip; more at once wait, up to ``timeout_s``). Its methods block: a
+    program of its own may call them from any thread.
     While Redis is unreachable every failed call raises, but the warning is
     logged at most once per ``log_interval_s`` (the lines held back are
     counted into the next one): an outage is not a log storm.
@@ -289,7 +291,7 @@ class RedisStore:
             raise ValueError("lease_s must be positive and key_ttl_s at least lease_s")
         if max_connections < 1:
             raise ValueError("max_connections must be >= 1")
-        # Blocking: each caller (a registry's loop, the gateway's worker
+        # Blocking: each caller (a registry's committer, the gateway's worker
         # threads) borrows a connection per write; past max_connections a
         # thread waits its turn (up to timeout_s)
         # instead of failing, as redis-py's default pool (100) would.
