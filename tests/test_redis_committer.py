@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import signal
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 
 import pytest
@@ -25,7 +25,7 @@ from actors._credential import token_digest
 from actors._errors import DuplicateSessionError, SessionReplacedError
 from actors._messages import ResumeResult
 from actors._store import Commit, StoredSession
-from supervisor import InvalidResumeTokenError, StoreUnavailableError
+from supervisor import InvalidResumeTokenError, SessionCrashedError, StoreUnavailableError
 from supervisor._committer import StoreCommitter
 from supervisor._memory_store import MemoryStore
 from supervisor._trio_registry import TrioSessionRegistry, open_session_registry
@@ -370,4 +370,47 @@ async def test_a_takeover_waits_for_the_store_off_the_loop(redis_server: RedisSe
                 await reg.send_event("s0", {"n": 2})
     assert stored_payloads(store, "s0") == [{"n": 1}, {"n": 2}]
     owner_store.close()
+    store.close()
+
+
+class BuggyStore(RedisStore):
+    """A real RedisStore whose batch answers one session's next commit with a bug."""
+
+    buggy: str | None = None
+
+    def commit_many(self, commits: Sequence[Commit]) -> list[BaseException | None]:
+        buggy, self.buggy = self.buggy, None
+        written = iter(super().commit_many([c for c in commits if c.session_id != buggy]))
+        return [RuntimeError("a bug") if c.session_id == buggy else next(written) for c in commits]
+
+
+async def test_a_bug_answering_a_commit_crashes_that_call_only(redis_server: RedisServer) -> None:
+    store = BuggyStore(redis_server.url, timeout_s=30)
+    with trio.fail_after(LIMIT):
+        async with registry_on(store) as reg:
+            sessions = await open_sessions(reg, 3)
+            store.buggy = "s1"
+            outcome: list[BaseException] = []
+
+            async def crashing_send() -> None:
+                try:
+                    await reg.send_event("s1", {"n": 1})
+                except SessionCrashedError as exc:
+                    outcome.append(exc)
+
+            async with trio.open_nursery() as nursery:
+                with stopped(redis_server):  # all three in one batch
+                    reg.send_event_nowait("s0", {"n": 1})
+                    nursery.start_soon(crashing_send)
+                    reg.send_event_nowait("s2", {"n": 1})
+                    await until_in_flight(committer_of(reg), 3)
+            assert len(outcome) == 1  # the bug is that call's crash, no other's
+            for session_id in sessions:
+                await reg.send_event(session_id, {"n": 2})
+            # The crashed transition was undone: s1's next event is its first.
+            assert sessions["s1"][0].sequences() == [1]
+            assert sessions["s0"][0].sequences() == sessions["s2"][0].sequences() == [1, 2]
+    assert stored_payloads(store, "s1") == [{"n": 2}]
+    for session_id in ("s0", "s2"):
+        assert stored_payloads(store, session_id) == [{"n": 1}, {"n": 2}]
     store.close()
