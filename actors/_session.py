@@ -14,6 +14,12 @@ or `FailSession` (close the transport, answer every held message
 `SessionFailedError`, leave). Nothing here ever waits: a backoff is the
 supervisor's timer, not a wait here.
 
+Nor for a store that does I/O: a transition's commit (and a new session's
+create) goes to the registry's `Committer`, and the actor holds, as a
+suspended one does, every later message until the answer comes back as a
+`Committed` message; then it releases the effects, or undoes the transition
+on a refusal. One commit in flight per session keeps its order.
+
 The actor has no thread: it is a `LoopActor`, run in turns on its registry's
 event loop, so a create is a mailbox and a small object, and a message from
 a task of that loop is handled in the caller's own stack when the session is
