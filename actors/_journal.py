@@ -552,8 +552,14 @@ class EventJournal:
         store's appends since its last write."""
         if not self._entries or self._entries[-1].sequence <= sequence:
             return _EMPTY_ENTRIES
-        skip = max(0, sequence + 1 - self._entries[0].sequence)
-        return tuple(itertools.islice(self._entries, skip, None))
+        # From the newest end: a commit's appends are few, the retained many.
+        newer: list[JournalEntry] = []
+        for entry in reversed(self._entries):
+            if entry.sequence <= sequence:
+                break
+            newer.append(entry)
+        newer.reverse()
+        return tuple(newer)
 
     def counters(self) -> tuple[int, int, tuple[tuple[int, GapReason], ...], bool]:
         """``(next_sequence, dropped_through, drop_runs, overflowed)``."""

@@ -18,7 +18,7 @@ from actors._mailbox import SessionMailbox
 from actors._messages import CloseCallable, Command, LifecycleEvent, SendCallable
 from actors._ports import LoopPort, Outbox, Reply
 from actors._state import Failpoints, SessionConfig
-from actors._store import SessionStore
+from actors._store import Committer, SessionStore
 
 if TYPE_CHECKING:
     from actors._session import SessionActor
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = [
     "NO_REPLY",
     "Call",
+    "Committed",
     "CrashReport",
     "FailSession",
     "Mail",
@@ -105,6 +106,9 @@ class SessionContext:
     owner: SessionOwner
     #: Where committed transitions are written (None: this process's memory only).
     store: SessionStore | None = None
+    #: With a store that does I/O: writes the sessions' commits off the loop,
+    #: many per round trip (None: each commit is written in the session's turn).
+    committer: Committer | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -127,6 +131,16 @@ class Replaced(Mail):
     """The supervisor: the store refused this epoch's lease renewal."""
 
     epoch: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Committed(Mail):
+    """The committer: the store answered this session's commit (or create) in flight."""
+
+    #: ``None``: durable; otherwise the store's refusal (or a bug in it).
+    error: BaseException | None = field(default=None, repr=False)
+    #: A create's answer: the session's first epoch.
+    epoch: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

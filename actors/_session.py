@@ -14,6 +14,12 @@ or `FailSession` (close the transport, answer every held message
 `SessionFailedError`, leave). Nothing here ever waits: a backoff is the
 supervisor's timer, not a wait here.
 
+Nor for a store that does I/O: a transition's commit (and a new session's
+create) goes to the registry's `Committer`, and the actor holds, as a
+suspended one does, every later message until the answer comes back as a
+`Committed` message; then it releases the effects, or undoes the transition
+on a refusal. One commit in flight per session keeps its order.
+
 The actor has no thread: it is a `LoopActor`, run in turns on its registry's
 event loop, so a create is a mailbox and a small object, and a message from
 a task of that loop is handled in the caller's own stack when the session is
@@ -32,10 +38,12 @@ time rule; the vocabulary it speaks is in `actors._mail`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import pykka
@@ -54,6 +62,7 @@ from actors._loop_actor import LoopActor
 from actors._mail import (
     NO_REPLY,
     Call,
+    Committed,
     CrashReport,
     FailSession,
     Mail,
@@ -83,7 +92,7 @@ from actors._messages import (
 )
 from actors._ports import Delivery, Outbox, Reply
 from actors._state import SessionState, Transition
-from actors._store import StoreBinding
+from actors._store import Committer, SessionRecord, StoreBinding
 
 __all__ = [
     "Call",
@@ -104,6 +113,15 @@ __all__ = [
 ]
 
 logger = logging.getLogger("duplex_supervisor.actors")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Creating:
+    """A new session whose create the store has not answered yet."""
+
+    state: SessionState = field(repr=False)
+    created: Transition = field(repr=False)
+    record: SessionRecord = field(repr=False)
 
 
 class SessionActor(LoopActor):
@@ -138,6 +156,10 @@ class SessionActor(LoopActor):
         # the first crash: most sessions never need its ~600 bytes).
         self._held: deque[Mail] | None = None
         self._suspended = False
+        # A transition whose commit the committer has not answered yet (or the
+        # session's create in the store): its effects and reply wait, and so
+        # does every later message (held).
+        self._in_flight: tuple[Call, Transition] | _Creating | None = None
         # An internal command that crashed once: run again first on Restart.
         self._retry: Call | None = None
         # When the last command other than a tick was handled (passivation's idleness).
@@ -183,30 +205,62 @@ class SessionActor(LoopActor):
             opening.reply.fail(failure)
             self._leave("create_failed", answer=lambda call: call.reply.fail(failure))
             return
-        if self._context.store is not None:
+        store, committer = self._context.store, self._context.committer
+        if store is not None and committer is not None:
+            # Created in the store off the loop; everything waits for the answer.
+            record = state.store_record(time.time() - self._context.clock())
+            self._in_flight = _Creating(state=state, created=created, record=record)
+            create = functools.partial(store.create, self.session_id, record)
+            committer.call(create, self._create_answered, what="create")
+            return
+        if store is not None:
             try:
                 self._bind(state, epoch=None)
             except BaseException as exc:  # noqa: BLE001 - a duplicate id, Redis down: caller's
-                failure = exc
-                opening.reply.fail(failure)
-                self._leave("create_failed", answer=lambda call: call.reply.fail(failure))
+                self._create_failed(exc)
                 return
+        self._opened(state, created)
+
+    def _opened(self, state: SessionState, created: Transition) -> None:
+        opening = self._opening
+        assert opening is not None  # noqa: S101
         self._state = state
         self._opening = None
         self._release(created, opening.reply)
 
+    def _create_failed(self, failure: BaseException) -> None:
+        opening = self._opening
+        assert opening is not None  # noqa: S101
+        opening.reply.fail(failure)
+        self._leave("create_failed", answer=lambda call: call.reply.fail(failure))
+
+    def _create_answered(self, epoch: object, error: BaseException | None) -> None:
+        """Called on the loop by the committer: the store's create, as a message."""
+        with contextlib.suppress(InboxClosedError):
+            self._mailbox.tell(
+                Committed(error=error, epoch=epoch if isinstance(epoch, int) else None)
+            )
+
     def _bind(self, state: SessionState, *, epoch: int | None) -> None:
         """Link the session to the store: create it there (``epoch`` None), or
         take the epoch the supervisor's takeover (or an earlier actor) holds."""
+        record = state.store_record(time.time() - self._context.clock())
+        if epoch is None:
+            store = self._context.store
+            assert store is not None  # noqa: S101
+            epoch = store.create(self.session_id, record)
+        self._bound(epoch, record)
+
+    def _bound(self, epoch: int, record: SessionRecord) -> None:
         store = self._context.store
         assert store is not None  # noqa: S101
-        clock = self._context.clock
-        record = state.store_record(time.time() - clock())
-        if epoch is None:
-            epoch = store.create(self.session_id, record)
         self._mailbox.store_epoch = epoch
         self._binding = StoreBinding(
-            store=store, session_id=self.session_id, epoch=epoch, record=record, clock=clock
+            store=store,
+            session_id=self.session_id,
+            epoch=epoch,
+            record=record,
+            clock=self._context.clock,
         )
 
     def _reactivate(self, parked: ParkedSession) -> None:
@@ -244,7 +298,13 @@ class SessionActor(LoopActor):
     def on_receive(self, message: Any) -> Any:
         if self._gone:
             return None
-        if isinstance(message, Shutdown):
+        if isinstance(message, Committed):
+            self._on_committed(message)
+        elif self._in_flight is not None:
+            if self._held is None:
+                self._held = deque()
+            self._held.append(message)
+        elif isinstance(message, Shutdown):
             self._on_shutdown(message)
         elif isinstance(message, Restart):
             self._on_restart()
@@ -274,11 +334,21 @@ class SessionActor(LoopActor):
         if not self._stash.admit(state.phase, call.command, call):
             return
         self._run(call)
-        while not self._gone and not self._suspended:
+        self._run_stashed()
+
+    def _run_stashed(self) -> None:
+        """Run the stashed calls the state's phase lets through now."""
+        state = self._state
+        assert state is not None  # noqa: S101
+        while self._ready():
             held = self._stash.next_ready(state.phase)
             if held is None:
                 break
             self._run(held)
+
+    def _ready(self) -> bool:
+        """Whether the next message may run now (not gone, suspended or committing)."""
+        return not self._gone and not self._suspended and self._in_flight is None
 
     def _run(self, call: Call, *, retry: bool = True) -> None:
         state = self._state
@@ -289,8 +359,20 @@ class SessionActor(LoopActor):
         except BaseException as exc:  # noqa: BLE001 - a crash, never the actor's end
             self._crashed(call, exc, retry=retry)
             return
-        if self._binding is not None and transition.error is None and not self._persist(call):
-            return
+        if self._binding is not None and transition.error is None:
+            committer = self._context.committer
+            if committer is not None:
+                self._commit_later(committer, call, transition)
+                return
+            if not self._persist(call):
+                return
+        self._carry_out(call, transition)
+
+    def _carry_out(self, call: Call, transition: Transition) -> None:
+        """The rest of `_run`, once the transition is durable (or needs no write)."""
+        state = self._state
+        assert state is not None  # noqa: S101
+        command = call.command
         if isinstance(transition.error, InvalidResumeTokenError) and self._taken_over():
             # The token may be one another process issued when it took this
             # session over, which this process, not having written since,
@@ -327,20 +409,69 @@ class SessionActor(LoopActor):
         assert state is not None and binding is not None  # noqa: S101
         try:
             binding.commit(state)
-        except SessionReplacedError as exc:
-            state.undo()
-            call.reply.fail(exc)
-            self._replaced()
-            return False
-        except StoreError as exc:
-            state.undo()
-            call.reply.fail(exc)
-            return False
-        except BaseException as exc:  # noqa: BLE001 - a bug in a store: a crash of this call
-            state.undo()
-            self._crashed(call, exc, retry=False)
+        except BaseException as exc:  # noqa: BLE001 - sorted out by _refused
+            self._refused(call, exc)
             return False
         return True
+
+    def _refused(self, call: Call, exc: BaseException) -> None:
+        """The store refused the transition's commit: undo it and answer why."""
+        state = self._state
+        assert state is not None  # noqa: S101
+        state.undo()
+        if isinstance(exc, SessionReplacedError):
+            call.reply.fail(exc)
+            self._replaced()
+        elif isinstance(exc, StoreError):
+            call.reply.fail(exc)
+        else:  # a bug in a store: a crash of this call
+            self._crashed(call, exc, retry=False)
+
+    def _commit_later(self, committer: Committer, call: Call, transition: Transition) -> None:
+        """Hand the transition's commit to the committer; hold everything until
+        its answer (`Committed`), so nothing of it is released before it is
+        durable and this session's commits stay in order."""
+        state, binding = self._state, self._binding
+        assert state is not None and binding is not None  # noqa: S101
+        try:
+            commit = binding.prepare(state)
+        except BaseException as exc:  # noqa: BLE001 - a bug: a crash of this call
+            self._refused(call, exc)
+            return
+        if commit is None:
+            self._carry_out(call, transition)
+            return
+        self._in_flight = (call, transition)
+        committer.submit(commit, self._commit_answered)
+
+    def _commit_answered(self, error: BaseException | None) -> None:
+        """Called on the loop by the committer: the answer, as a message."""
+        # A session already gone (a shutdown that could not wait) has nothing to undo.
+        with contextlib.suppress(InboxClosedError):
+            self._mailbox.tell(Committed(error=error))
+
+    def _on_committed(self, message: Committed) -> None:
+        in_flight, self._in_flight = self._in_flight, None
+        if isinstance(in_flight, _Creating):
+            if message.error is not None or message.epoch is None:
+                self._create_failed(message.error or RuntimeError("the store gave no epoch"))
+                return
+            self._bound(message.epoch, in_flight.record)
+            self._opened(in_flight.state, in_flight.created)
+        elif in_flight is not None:
+            call, transition = in_flight
+            binding = self._binding
+            assert binding is not None  # noqa: S101 - only _replaced clears it, never in flight
+            if message.error is None:
+                binding.confirm()
+                self._carry_out(call, transition)
+            else:
+                self._refused(call, message.error)
+        if self._gone:
+            return
+        self._run_stashed()
+        while self._held and self._ready():
+            self.on_receive(self._held.popleft())
 
     def _taken_over(self) -> bool:
         """Whether the store says another process owns this session now."""
@@ -461,7 +592,7 @@ class SessionActor(LoopActor):
         retry, self._retry = self._retry, None
         if retry is not None:
             self._run(retry, retry=False)
-        while self._held and not self._suspended and not self._gone:
+        while self._held and self._ready():
             self.on_receive(self._held.popleft())
 
     # -- passivation -----------------------------------------------------------------
@@ -576,6 +707,11 @@ class SessionActor(LoopActor):
         """A closed session leaves the store too (if this process still owns it)."""
         binding, self._binding = self._binding, None
         if binding is None:
+            return
+        committer = self._context.committer
+        if committer is not None:  # off the loop, after this session's last commit
+            delete = functools.partial(binding.store.delete, self.session_id, binding.epoch)
+            committer.call(delete, None, what=f"session {self.session_id}: store delete")
             return
         try:
             binding.store.delete(self.session_id, binding.epoch)

@@ -54,8 +54,8 @@ import hmac
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 from actors._credential import token_digest
 from actors._errors import (
@@ -65,7 +65,10 @@ from actors._journal import JournalEntry, ParkedJournal
 from actors._lifecycle import ParkedSession
 
 __all__ = [
+    "BatchingStore",
     "Commit",
+    "CommitAnswer",
+    "Committer",
     "SessionRecord",
     "SessionStore",
     "StoreBinding",
@@ -200,6 +203,42 @@ class SessionStore(Protocol):
         """What `record_client_seq` kept (0: nothing yet, or no such session)."""
 
 
+@runtime_checkable
+class BatchingStore(SessionStore, Protocol):
+    """A store whose writes are I/O: it takes many sessions' commits at once.
+
+    A registry given one writes its sessions' commits through a committer off
+    its loop (`Committer`), never a round trip per commit on the loop.
+    """
+
+    def commit_many(self, commits: Sequence[Commit]) -> list[BaseException | None]:
+        """Apply each commit as `SessionStore.commit` would, each whole or not at
+        all, together (one round trip); for each, ``None`` (applied) or its
+        refusal. Raises `StoreUnavailableError` if none could be answered."""
+
+
+#: How a committer answers one commit: ``None`` (durable) or why not.
+CommitAnswer = Callable[[BaseException | None], None]
+
+
+class Committer(Protocol):
+    """Writes commits off the caller's loop; answers each on that loop, later."""
+
+    def submit(self, commit: Commit, answer: CommitAnswer) -> None:
+        """Queue ``commit``; ``answer`` runs on the registry's loop once the store
+        answered (never inside this call)."""
+
+    def call(
+        self,
+        fn: Callable[[], object],
+        answer: Callable[[object, BaseException | None], None] | None,
+        *,
+        what: str,
+    ) -> None:
+        """Run ``fn``, another store call, after the commits queued before it;
+        ``answer(result, error)`` on the loop after (none: an error is logged)."""
+
+
 def identity_fingerprint(identity: object) -> str | None:
     """A digest of a client's identity that another process computes alike.
 
@@ -329,11 +368,20 @@ class Checkpointable(Protocol):
 class StoreBinding:
     """One live session's link to the store: its epoch and what was last written.
 
-    Used by the session actor's thread only. `commit` writes what a
-    transition changed (nothing, when it changed nothing persisted).
+    Used by the session actor only. `commit` writes what a transition changed
+    (nothing, when it changed nothing persisted); `prepare` and `confirm` are
+    the same write in two steps, for a commit answered later (`Committer`).
     """
 
-    __slots__ = ("_clock", "_last_sequence", "_record", "epoch", "session_id", "store")
+    __slots__ = (
+        "_clock",
+        "_last_sequence",
+        "_prepared",
+        "_record",
+        "epoch",
+        "session_id",
+        "store",
+    )
 
     def __init__(
         self,
@@ -349,6 +397,7 @@ class StoreBinding:
         self.epoch = epoch
         self._record = record
         self._last_sequence = record.next_sequence - 1
+        self._prepared: SessionRecord | None = None
         self._clock = clock
 
     def wall_offset(self) -> float:
@@ -356,47 +405,73 @@ class StoreBinding:
 
     def commit(self, state: Checkpointable) -> None:
         """Write what changed since the last commit; raises the store's refusal."""
+        commit = self.prepare(state)
+        if commit is not None:
+            self.store.commit(commit)
+            self.confirm()
+
+    def prepare(self, state: Checkpointable) -> Commit | None:
+        """What changed since the last confirmed commit (``None``: nothing to write).
+
+        `confirm` once the store applied it; on a refusal the state is undone
+        and the next `prepare` compares against the last confirmed write again.
+        """
         offset = self.wall_offset()
         record = state.store_record(offset)
         last = self._record
         appended = state.entries_after(self._last_sequence)
-        if not appended and _same(record, last):
-            return
+        same_fields = _same_fields(record, last)
+        if not appended and same_fields and record.next_sequence == last.next_sequence:
+            return None
         events = tuple(stored_event(entry, offset) for entry in appended)
         # The common commit, one event journaled: only next_sequence moved, and
         # the store derives it from the appends (fewer bytes per event).
-        sequence_only = bool(events) and _same(
-            replace(record, next_sequence=last.next_sequence), last
+        sequence_only = bool(events) and same_fields
+        settles: tuple[str, ...] = ()
+        client_seq: int | None = None
+        for event in events:
+            key = settled_input(event.encoded)
+            if key:
+                settles += (key,)
+            seq = handled_client_seq(event.encoded)
+            if seq and (client_seq is None or seq > client_seq):
+                client_seq = seq
+        self._prepared = record
+        return Commit(
+            session_id=self.session_id,
+            epoch=self.epoch,
+            record=None if sequence_only else record,
+            expect_token_digest=(
+                last.token_digest if record.token_digest != last.token_digest else None
+            ),
+            appends=events,
+            trim_through=(
+                record.dropped_through if record.dropped_through != last.dropped_through else None
+            ),
+            settles=settles,
+            client_seq=client_seq,
         )
-        self.store.commit(
-            Commit(
-                session_id=self.session_id,
-                epoch=self.epoch,
-                record=None if sequence_only else record,
-                expect_token_digest=(
-                    last.token_digest if record.token_digest != last.token_digest else None
-                ),
-                appends=events,
-                trim_through=(
-                    record.dropped_through
-                    if record.dropped_through != last.dropped_through
-                    else None
-                ),
-                settles=tuple(
-                    key for key in map(settled_input, (e.encoded for e in events)) if key
-                ),
-                client_seq=max(
-                    (seq for seq in map(handled_client_seq, (e.encoded for e in events)) if seq),
-                    default=None,
-                ),
-            )
-        )
+
+    def confirm(self) -> None:
+        """The store applied what `prepare` returned last: it is the base now."""
+        record, self._prepared = self._prepared, None
+        assert record is not None  # noqa: S101 - only after a prepare that wrote
         self._record = record
         self._last_sequence = record.next_sequence - 1
 
 
-def _same(record: SessionRecord, last: SessionRecord) -> bool:
-    # detached_at moves with the wall clock offset: compare the rest exactly.
-    if (record.detached_at is None) != (last.detached_at is None):
-        return False
-    return replace(record, detached_at=last.detached_at) == last
+def _same_fields(record: SessionRecord, last: SessionRecord) -> bool:
+    """Equal but for ``next_sequence`` (and ``detached_at``'s value, which moves
+    with the wall clock offset: only whether it is set counts)."""
+    return (
+        record.token_digest == last.token_digest
+        and record.attachment_generation == last.attachment_generation
+        and record.lease_generation == last.lease_generation
+        and (record.detached_at is None) == (last.detached_at is None)
+        and record.dropped_through == last.dropped_through
+        and record.overflowed == last.overflowed
+        and record.recovery_token_digest == last.recovery_token_digest
+        and record.orphaned_lease_generation == last.orphaned_lease_generation
+        and record.last_resume == last.last_resume
+        and record.drop_runs == last.drop_runs
+    )

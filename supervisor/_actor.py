@@ -32,12 +32,13 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import functools
 import logging
 import threading
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import pykka
 
@@ -77,17 +78,26 @@ from actors._session import (
     answer_unknown,
 )
 from actors._state import NO_FAILPOINTS, SessionConfig
-from actors._store import SessionStore, parked_from_store, proves_token
+from actors._store import (
+    BatchingStore,
+    SessionStore,
+    StoredSession,
+    parked_from_store,
+    proves_token,
+)
+from supervisor._committer import StoreCommitter
 from supervisor._faults import FaultPlan
 from supervisor._policy import RestartPolicy
 from supervisor._supervision import (
     MESSAGES,
     Adopt,
+    Adopted,
     Books,
     Closing,
     Crashed,
     Create,
     Gone,
+    LeasesRenewed,
     ParkedDeadlines,
     PollTimers,
     Proceed,
@@ -140,6 +150,17 @@ class SupervisorActor(LoopActor):
             self._system.hand_over(self.actor_ref, retried + inbox.close())
             self.stop()
         return None
+
+
+def _take_over(
+    store: SessionStore, session_id: str, resume_token: str
+) -> tuple[StoredSession | None, StoredSession | None]:
+    """The store's side of a takeover: the session's fields (``None``: not
+    stored), and the session taken over (``None``: the token proves nothing)."""
+    stored = store.load(session_id, events=False)  # the acquire reads them
+    digest = None if stored is None else proves_token(stored, resume_token)
+    taken = None if digest is None else store.acquire(session_id, digest)
+    return stored, taken
 
 
 class _CountDown:
@@ -211,6 +232,12 @@ class SessionSystem:
         #: The registry's loop: its callbacks, and every actor's turns.
         self.port = port
         self._observer = observer
+        #: Writes the sessions' commits off the loop (a store that does I/O only).
+        self.committer = (
+            StoreCommitter(store, port, name=self.registry_id)
+            if isinstance(store, BatchingStore)
+            else None
+        )
         self._context = SessionContext(
             registry_id=self.registry_id,
             config=config,
@@ -220,6 +247,7 @@ class SessionSystem:
             notify=self.notify,
             owner=self,
             store=store,
+            committer=self.committer,
         )
         #: Where sessions persist beyond this process (None: memory only).
         self.store = store
@@ -235,6 +263,10 @@ class SessionSystem:
         self.timers = Timers(self.clock)
         self.books = Books()
         self._parked_due = ParkedDeadlines()
+        # A sweep's renewals are with the committer (its answer not back yet).
+        self._renewing = False
+        # Takeovers with the committer: the calls waiting for each, in order.
+        self._adopting: dict[str, list[Call]] = {}
         self._closed = False
         self._takeover_lock = threading.Lock()
         # Built on the loop it will run on: a blocking future's get() there
@@ -308,6 +340,8 @@ class SessionSystem:
         self._closed = True
         with contextlib.suppress(pykka.ActorDeadError):
             self._supervisor.stop(block=False)
+        if self.committer is not None:
+            self.committer.close()
         loop_thread, self._loop_thread = self._loop_thread, None
         if loop_thread is not None:
             leave_loop_thread(loop_thread)
@@ -490,32 +524,74 @@ class SessionSystem:
         """
         call = message.call
         session_id = message.session_id
-        routed = self._routes.get(session_id)
-        if routed is None and not self._closed:
+        if self._routes.get(session_id) is None and not self._closed:
+            waiting = self._adopting.get(session_id)
+            if waiting is not None:  # its takeover is with the store: after it
+                waiting.append(call)
+                return
             store = self.store
             assert store is not None  # noqa: S101
             command = call.command
             assert isinstance(command, Resume | AuthenticateResume)  # noqa: S101
+            take = functools.partial(_take_over, store, session_id, command.resume_token)
+            if self.committer is not None:  # off the loop; the answer comes back as Adopted
+                self._adopting[session_id] = [call]
+
+                def answer(outcome: object, error: BaseException | None) -> None:
+                    self.tell_supervisor(
+                        Adopted(session_id=session_id, outcome=outcome, error=error)
+                    )
+
+                self.committer.call(take, answer, what=f"session {session_id}: takeover")
+                return
             try:
-                stored = store.load(session_id, events=False)  # the acquire reads them
-                digest = None if stored is None else proves_token(stored, command.resume_token)
-                taken = None if digest is None else store.acquire(session_id, digest)
+                outcome = take()
             except StoreError as exc:
                 call.reply.fail(exc)
                 return
-            if stored is None:
-                answer_unknown(call.reply, command, session_id)
+            if not self._take_in(session_id, call, outcome):
                 return
-            if taken is None:
-                call.reply.fail(InvalidResumeTokenError("invalid duplex resume token"))
-                return
-            parked = parked_from_store(taken, time.time() - self.clock())
-            routed = SessionMailbox(session_id, self)
-            routed.adopt(parked, taken.epoch)
-            self._routes[session_id] = routed
-            self.books.adopted(parked)
-            self._file_parked(routed, parked)
-            self._notify_parked(parked, "taken_over", "store")
+        self._route_adopted(session_id, call)
+
+    def _adopted(self, message: Adopted) -> None:
+        """The store answered a takeover: route its first call, then the others."""
+        session_id = message.session_id
+        calls = self._adopting.pop(session_id, [])
+        if not calls:
+            return
+        first = calls[0]
+        if message.error is not None:
+            first.reply.fail(message.error)
+        elif (
+            self._closed
+            or self._routes.get(session_id) is not None
+            or self._take_in(session_id, first, message.outcome)
+        ):
+            self._route_adopted(session_id, first)
+        for call in calls[1:]:  # each proves its own token (or finds it routed now)
+            self._adopt(Adopt(session_id=session_id, call=call))
+
+    def _take_in(self, session_id: str, call: Call, outcome: object) -> bool:
+        """Route a session taken over from the store (``True``), or answer
+        ``call`` why not: not stored, or its token proved nothing."""
+        stored, taken = cast(tuple[StoredSession | None, StoredSession | None], outcome)
+        if stored is None:
+            answer_unknown(call.reply, call.command, session_id)
+            return False
+        if taken is None:
+            call.reply.fail(InvalidResumeTokenError("invalid duplex resume token"))
+            return False
+        parked = parked_from_store(taken, time.time() - self.clock())
+        routed = SessionMailbox(session_id, self)
+        routed.adopt(parked, taken.epoch)
+        self._routes[session_id] = routed
+        self.books.adopted(parked)
+        self._file_parked(routed, parked)
+        self._notify_parked(parked, "taken_over", "store")
+        return True
+
+    def _route_adopted(self, session_id: str, call: Call) -> None:
+        routed = self._routes.get(session_id)
         if routed is None:
             answer_unknown(call.reply, call.command, session_id)
             return
@@ -543,6 +619,10 @@ class SessionSystem:
         store, epoch = self.store, mailbox.store_epoch
         if store is None or epoch is None:
             return
+        if self.committer is not None:
+            delete = functools.partial(store.delete, mailbox.session_id, epoch)
+            self.committer.call(delete, None, what=f"session {mailbox.session_id}: store delete")
+            return
         try:
             store.delete(mailbox.session_id, epoch)
         except StoreError as exc:
@@ -553,13 +633,35 @@ class SessionSystem:
         """Renew this process's leases; a refused one was taken over elsewhere."""
         store = self.store
         assert store is not None  # noqa: S101
-        held = [(m, m.store_epoch) for m in list(self._routes.values()) if m.store_epoch]
-        try:
-            renewed = store.renew_many([(m.session_id, epoch) for m, epoch in held])
-        except StoreError:
+        held = tuple((m, m.store_epoch) for m in list(self._routes.values()) if m.store_epoch)
+        leases = [(m.session_id, epoch) for m, epoch in held]
+        committer = self.committer
+        if committer is None:
+            try:
+                renewed = store.renew_many(leases)
+            except StoreError:
+                return  # the store is away: the next sweep tries again
+            self._renewed(LeasesRenewed(held=held, renewed=tuple(renewed)))
+            return
+        if self._renewing or not held:
+            return  # the last sweep's renewals are still on their way
+        self._renewing = True
+
+        def answer(renewed: object, error: BaseException | None) -> None:
+            if error is not None and not isinstance(error, StoreError):
+                logger.error("registry %s: lease renewal failed: %r", self.registry_id, error)
+            kept = None if error is not None else tuple(cast(list[bool], renewed))
+            self.tell_supervisor(LeasesRenewed(held=held, renewed=kept))
+
+        committer.call(functools.partial(store.renew_many, leases), answer, what="lease renewal")
+
+    def _renewed(self, message: LeasesRenewed) -> None:
+        """The store answered a sweep's renewals: let go of what another process took."""
+        self._renewing = False
+        if message.renewed is None:
             return  # the store is away: the next sweep tries again
-        for (mailbox, epoch), kept in zip(held, renewed, strict=True):
-            if kept:
+        for (mailbox, epoch), kept in zip(message.held, message.renewed, strict=True):
+            if kept or self._routes.get(mailbox.session_id) is not mailbox:
                 continue
             parked = mailbox.parked
             if parked is not None and mailbox.close_if_parked():
@@ -680,6 +782,9 @@ class SessionSystem:
     def _refuse(self, message: object, reply: Reply | None) -> None:
         if reply is not None:
             reply.fail(RegistryClosedError("the session registry is shut down"))
+        elif isinstance(message, Adopted):
+            for call in self._adopting.pop(message.session_id, []):
+                call.reply.fail(RegistryClosedError("the session registry is shut down"))
         elif isinstance(message, Wake):
             parked = message.mailbox.take_parked()
             if parked is not None:
@@ -730,10 +835,12 @@ _HANDLERS: dict[type[Any], Callable[[SessionSystem, Any], None]] = {
     Reopen: SessionSystem._reopen,
     Gone: SessionSystem._forget,
     Sweep: SessionSystem._sweep,
+    LeasesRenewed: SessionSystem._renewed,
     Stop: SessionSystem._stop_sessions,
     Wake: SessionSystem._activate,
     Crashed: SessionSystem._decide,
     Proceed: SessionSystem._proceed,
     Adopt: SessionSystem._adopt,
+    Adopted: SessionSystem._adopted,
     PollTimers: lambda system, message: None,  # its turn fired what was due
 }

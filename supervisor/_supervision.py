@@ -24,11 +24,13 @@ from actors._session import Call, CrashReport, Opening, SessionActor
 
 __all__ = [
     "MESSAGES",
+    "Adopted",
     "Books",
     "Closing",
     "Crashed",
     "Create",
     "Gone",
+    "LeasesRenewed",
     "PollTimers",
     "Proceed",
     "RegistryStats",
@@ -132,6 +134,14 @@ class Sweep:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class LeasesRenewed:
+    """The store's answer to a sweep's lease renewals (``None``: it is away)."""
+
+    held: tuple[tuple[SessionMailbox, int], ...] = field(repr=False)
+    renewed: tuple[bool, ...] | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Stop:
     reply: Reply = field(repr=False)
 
@@ -166,6 +176,15 @@ class Adopt:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Adopted:
+    """The store's answer to a takeover: ``(stored, taken)``, or its error."""
+
+    session_id: str
+    outcome: object = field(default=None, repr=False)
+    error: BaseException | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PollTimers:
     """A nudge from the door's timer task: the supervisor's turn fires what is due."""
 
@@ -176,11 +195,13 @@ MESSAGES = (
     Reopen,
     Gone,
     Sweep,
+    LeasesRenewed,
     Stop,
     Crashed,
     Proceed,
     Wake,
     Adopt,
+    Adopted,
     PollTimers,
 )
 

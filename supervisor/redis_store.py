@@ -40,6 +40,7 @@ from supervisor._extras import MissingExtraError
 try:
     import redis
     import redis.exceptions
+    from redis.exceptions import NoScriptError
 except ModuleNotFoundError:
     raise MissingExtraError("redis", "supervisor.redis_store") from None
 
@@ -182,6 +183,15 @@ return 1
 """
 
 
+def _commit_refusal(outcome: object, session_id: str) -> BaseException | None:
+    """What the commit script's answer says: ``None`` (applied) or the refusal."""
+    if outcome == 1:
+        return None
+    if outcome == -4:
+        return TokenConflictError("the resume token was rotated by another resume")
+    return SessionReplacedError(session_id)
+
+
 def _fields(record: SessionRecord) -> list[str | bytes]:
     last = record.last_resume
     values: dict[str, str | bytes] = {
@@ -257,8 +267,10 @@ class RedisStore:
     ``url`` is a redis-py URL (``redis://host:port/db``); it may hold a
     password, so errors name only the host and port. At most
     ``max_connections`` connections, shared by every thread of the process
-    that calls it (a registry's sessions call it from their loop; a write
-    borrows one for its round trip; more at once wait, up to ``timeout_s``).
+    that calls it (a registry calls it from its committer's thread, never
+    its loop: `supervisor._committer`; a write borrows one for its round
+    trip; more at once wait, up to ``timeout_s``). Its methods block: a
+    program of its own may call them from any thread.
     While Redis is unreachable every failed call raises, but the warning is
     logged at most once per ``log_interval_s`` (the lines held back are
     counted into the next one): an outage is not a log storm.
@@ -279,7 +291,7 @@ class RedisStore:
             raise ValueError("lease_s must be positive and key_ttl_s at least lease_s")
         if max_connections < 1:
             raise ValueError("max_connections must be >= 1")
-        # Blocking: each caller (a registry's loop, the gateway's worker
+        # Blocking: each caller (a registry's committer, the gateway's worker
         # threads) borrows a connection per write; past max_connections a
         # thread waits its turn (up to timeout_s)
         # instead of failing, as redis-py's default pool (100) would.
@@ -349,6 +361,57 @@ class RedisStore:
         return 1
 
     def commit(self, commit: Commit) -> None:
+        outcome = self._run(self._commit, self._keys(commit.session_id), self._commit_args(commit))
+        refusal = _commit_refusal(outcome, commit.session_id)
+        if refusal is not None:
+            raise refusal
+
+    def commit_many(self, commits: Sequence[Commit]) -> list[BaseException | None]:
+        """`commit` for each of ``commits``, all in one pipelined round trip.
+
+        Each is its own script, atomic alone (not a transaction across them);
+        for each, ``None`` (applied) or its refusal, so one session's refusal
+        touches no other. Redis unreachable: `StoreUnavailableError` for all
+        (any of them may have been applied before the connection broke, as
+        with `commit`). A registry writes its sessions' commits through this
+        from a committer thread (`supervisor._committer`), never on its loop.
+        """
+        calls = [(self._keys(c.session_id), self._commit_args(c)) for c in commits]
+        with self._reachable():
+            outcomes = self._pipelined(self._commit, calls)
+        return [
+            outcome if isinstance(outcome, Exception) else _commit_refusal(outcome, c.session_id)
+            for c, outcome in zip(commits, outcomes, strict=True)
+        ]
+
+    def _pipelined(self, script: Any, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
+        """Run ``script`` once per ``(keys, args)`` in one round trip; each reply,
+        or the error Redis answered for that call alone.
+
+        By its digest (EVALSHA), not redis-py's pipelined scripts, which ask
+        ``SCRIPT EXISTS`` first: a second round trip per batch. A Redis that
+        lost its scripts (a restart) answers NOSCRIPT without running them:
+        loaded, those calls are sent again.
+        """
+        if not calls:
+            return []
+        replies = self._send(script, calls)
+        missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+        if missing:
+            self._client.script_load(script.script)
+            for i, reply in zip(
+                missing, self._send(script, [calls[i] for i in missing]), strict=True
+            ):
+                replies[i] = reply
+        return replies
+
+    def _send(self, script: Any, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
+        with self._client.pipeline(transaction=False) as pipe:
+            for keys, args in calls:
+                pipe.evalsha(script.sha, len(keys), *keys, *args)
+            return list(pipe.execute(raise_on_error=False))
+
+    def _commit_args(self, commit: Commit) -> list[Any]:
         fields = _fields(commit.record) if commit.record is not None else []
         args: list[Any] = [
             commit.epoch,
@@ -364,11 +427,7 @@ class RedisStore:
         ]
         for event in commit.appends:
             args += [event.sequence, event.encoded, repr(event.created_at), event.encoded_bytes]
-        outcome = self._run(self._commit, self._keys(commit.session_id), args)
-        if outcome == -4:
-            raise TokenConflictError("the resume token was rotated by another resume")
-        if outcome != 1:
-            raise SessionReplacedError(commit.session_id)
+        return args
 
     def load(self, session_id: str, *, events: bool = True) -> StoredSession | None:
         fields_key, events_key, _ = self._keys(session_id)
@@ -418,14 +477,15 @@ class RedisStore:
         renewed: list[bool] = []
         for first in range(0, len(leases), RENEW_BATCH):
             batch = leases[first : first + RENEW_BATCH]
-            with self._reachable(), self._client.pipeline(transaction=False) as pipe:
-                for session_id, epoch in batch:
-                    self._renew(
-                        keys=self._keys(session_id),
-                        args=[epoch, self._lease_ms, self._ttl_ms],
-                        client=pipe,
-                    )
-                results = pipe.execute()
+            calls = [
+                (self._keys(session_id), [epoch, self._lease_ms, self._ttl_ms])
+                for session_id, epoch in batch
+            ]
+            with self._reachable():
+                results = self._pipelined(self._renew, calls)
+            for result in results:
+                if isinstance(result, Exception):
+                    raise result
             renewed += [result == 1 for result in results]
         return renewed
 

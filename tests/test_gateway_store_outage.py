@@ -11,7 +11,7 @@ old owner is told 4000 ``replaced``.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 import pytest
@@ -65,13 +65,18 @@ def _handler_failures(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecor
 
 
 class CountingStore(RedisStore):
-    """A real RedisStore that counts its commits (a busy loop would be thousands)."""
+    """A real RedisStore that counts its commits (a busy loop would be thousands),
+    written alone or many at once (a registry's committer)."""
 
     commits = 0
 
     def commit(self, commit: Commit) -> None:
         self.commits += 1
         super().commit(commit)
+
+    def commit_many(self, commits: Sequence[Commit]) -> list[BaseException | None]:
+        self.commits += len(commits)
+        return super().commit_many(commits)
 
 
 async def test_leaving_while_the_store_is_down_detaches_once_it_is_back(
