@@ -38,11 +38,10 @@ from typing import Any
 import trio
 
 from benchmarks.common import Result, Size, pct
-from benchmarks.gateway_server import MODES, SHELLS
+from benchmarks.gateway_server import MODES, RATE_HZ, SHELLS
 
-__all__ = ["Point", "gateway", "measure_point", "saturate"]
+__all__ = ["RATE_HZ", "Point", "cpu_seconds", "gateway", "measure_point", "saturate"]
 
-RATE_HZ = 20.0
 P99_LIMIT_MS = 50.0
 HELD_SHARE = 0.95
 _TICKS = os.sysconf("SC_CLK_TCK")
@@ -110,7 +109,7 @@ class _Lines:
         return line.decode()
 
 
-def _cpu_seconds(pid: int) -> float:
+def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as stat:
         fields = stat.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / _TICKS
@@ -173,14 +172,14 @@ async def measure_point(
             assert process.stdin is not None
             await process.stdin.send_all(b"go\n")
         await trio.sleep(warmup_s)
-        cpu_started, started = _cpu_seconds(server.pid), trio.current_time()
+        cpu_started, started = cpu_seconds(server.pid), trio.current_time()
         extra_started = extra_cpu() if extra_cpu is not None else 0.0
         reports: list[dict[str, Any]] = []
         with trio.fail_after(warmup_s + seconds + 60):
             for _, lines in generators:
                 reports.append(json.loads(await lines.next()))
         elapsed = trio.current_time() - started
-        point.server_cpu = (_cpu_seconds(server.pid) - cpu_started) / elapsed
+        point.server_cpu = (cpu_seconds(server.pid) - cpu_started) / elapsed
         if extra_cpu is not None:
             point.extra_cpu = (extra_cpu() - extra_started) / elapsed
     finally:

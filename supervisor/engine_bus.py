@@ -401,6 +401,16 @@ class RedisEngineBus:
 
     # -- what happened -----------------------------------------------------
 
+    def workers(self) -> dict[str, int]:
+        """The pool's workers (each consumer that read the input stream) and how
+        many entries each holds now; empty before the first worker read."""
+        with self._reachable():
+            try:
+                found = self._client.xinfo_consumers(self._in, GROUP)
+            except redis.ResponseError:  # no stream or no group yet
+                return {}
+        return {_text(c["name"]): int(c["pending"]) for c in found}
+
     def counts(self) -> dict[str, int]:
         """``redelivered``, ``fenced`` (by lease or a late worker), ``duplicates``."""
         with self._reachable():
