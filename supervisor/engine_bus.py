@@ -394,6 +394,17 @@ class RedisEngineBus:
             with self._reachable():
                 self._client.sadd(self._types, *names)
 
+    def workers_have_read(self) -> bool:
+        """Whether a worker of the pool has read its input stream yet (its
+        consumer group exists; the group starts at the stream's first entry,
+        so what gateways sent before reaches the first worker)."""
+        with self._reachable():
+            try:
+                groups = self._client.xinfo_groups(self._in)
+            except redis.ResponseError:  # no stream yet
+                return False
+        return any(_text(g["name"]) == GROUP for g in groups)
+
     def declared_event_types(self) -> frozenset[str]:
         """What the pool's workers declared (`declare_event_types`)."""
         with self._reachable():

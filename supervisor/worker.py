@@ -83,7 +83,13 @@ class _Remote:
 
 
 class EngineWorker:
-    """One consumer of an engine pool's input stream, running ``engine``."""
+    """One consumer of an engine pool's input stream, running ``engine``.
+
+    ``batch``: at most how many entries one read takes. One by default: the
+    workers reading when a burst arrives take turns, where a larger batch
+    lets the first to read take it all, and the long-running work in it
+    (each ``open``'s `start`) stays with that worker for the session's life.
+    """
 
     def __init__(
         self,
@@ -91,7 +97,7 @@ class EngineWorker:
         bus: RedisEngineBus,
         *,
         consumer: str | None = None,
-        batch: int = 16,
+        batch: int = 1,
         poll_s: float = 0.5,
     ) -> None:
         self.engine = engine
@@ -122,7 +128,9 @@ class EngineWorker:
             group.start_soon(self._heartbeat)
             task_status.started()
             while True:
-                found = await self._call(self.bus.receive, self.consumer)
+                found = await self._call(
+                    functools.partial(self.bus.receive, self.consumer, count=self.batch)
+                )
                 for delivery in found:  # type: ignore[attr-defined]
                     self._held.add(delivery.entry_id)
                     if delivery.redelivered:
