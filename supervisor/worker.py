@@ -85,10 +85,10 @@ class _Remote:
 class EngineWorker:
     """One consumer of an engine pool's input stream, running ``engine``.
 
-    ``batch``: at most how many entries one read takes. One by default: the
-    workers reading when a burst arrives take turns, where a larger batch
-    lets the first to read take it all, and the long-running work in it
-    (each ``open``'s `start`) stays with that worker for the session's life.
+    ``batch``: at most how many entries one read takes (``XREADGROUP``'s
+    ``COUNT``). A smaller one does not spread a burst of opens more evenly
+    over the workers: measured, the split follows how fast each worker
+    comes back to read (README, *Engines in other processes*).
     """
 
     def __init__(
@@ -97,7 +97,7 @@ class EngineWorker:
         bus: RedisEngineBus,
         *,
         consumer: str | None = None,
-        batch: int = 1,
+        batch: int = 16,
         poll_s: float = 0.5,
     ) -> None:
         self.engine = engine

@@ -179,9 +179,7 @@ def _receive_until_reachable(bus: RedisEngineBus, consumer: str) -> list[Deliver
     raise AssertionError(f"nothing reached {consumer}")
 
 
-def test_a_worker_takes_one_new_entry_per_read_by_default(redis_server: RedisServer) -> None:
-    """A burst is spread over the workers reading at the time, not taken 16 at a
-    time by whichever read first (its `start` work would stay with it)."""
+def test_a_workers_batch_is_what_one_read_takes(redis_server: RedisServer) -> None:
     from supervisor.gateway._engine import EngineSession
     from supervisor.worker import EngineWorker
 
@@ -208,12 +206,12 @@ def test_a_worker_takes_one_new_entry_per_read_by_default(redis_server: RedisSer
             raise OneReadIsEnoughError
 
     bus = CountingBus(redis_server.url, pool="p")
-    worker = EngineWorker(Idle(), bus)
+    worker = EngineWorker(Idle(), bus, batch=3)
     with pytest.raises(ExceptionGroup) as raised:
         trio.run(worker.run)
     assert raised.group_contains(OneReadIsEnoughError)
     bus.close()
-    assert asked == [1]
+    assert asked == [3]
 
 
 def test_what_a_gateway_sent_before_any_worker_started_reaches_the_first_one(
