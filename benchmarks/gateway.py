@@ -40,7 +40,15 @@ import trio
 from benchmarks.common import Result, Size, pct
 from benchmarks.gateway_server import MODES, RATE_HZ, SHELLS
 
-__all__ = ["RATE_HZ", "Point", "cpu_seconds", "gateway", "measure_point", "saturate"]
+__all__ = [
+    "RATE_HZ",
+    "Point",
+    "cpu_seconds",
+    "gateway",
+    "measure_point",
+    "measure_sized",
+    "saturate",
+]
 
 P99_LIMIT_MS = 50.0
 HELD_SHARE = 0.95
@@ -206,6 +214,28 @@ async def measure_point(
     return point
 
 
+async def measure_sized(
+    shell: str,
+    mode: str,
+    clients: int,
+    size: Size,
+    *,
+    server_args: Sequence[str] = (),
+    extra_cpu: Callable[[], float] | None = None,
+) -> Point:
+    """`measure_point` with ``size``'s warm-up, window and load generators."""
+    return await measure_point(
+        shell,
+        mode,
+        clients,
+        warmup_s=size.gateway_warmup_s,
+        seconds=size.gateway_s,
+        loaders=size.gateway_loaders,
+        server_args=server_args,
+        extra_cpu=extra_cpu,
+    )
+
+
 def _round(clients: float) -> int:
     step = 50 if clients >= 200 else 10
     return max(step, round(clients / step) * step)
@@ -259,14 +289,7 @@ async def _shell(shell: str, size: Size) -> tuple[dict[str, object], Result]:
     points: list[Point] = []
 
     async def measure(mode: str, clients: int) -> Point:
-        point = await measure_point(
-            shell,
-            mode,
-            clients,
-            warmup_s=size.gateway_warmup_s,
-            seconds=size.gateway_s,
-            loaders=size.gateway_loaders,
-        )
+        point = await measure_sized(shell, mode, clients, size)
         points.append(point)
         return point
 
@@ -344,16 +367,10 @@ async def redis_store(size: Size) -> dict[str, object]:
             stored: list[Point] = []
             for _ in range(size.gateway_redis_pairs):  # interleaved: a drift hits both alike
                 for points, args in ((memory, ()), (stored, ("--redis", url))):
+                    extra = redis_cpu if args else None
                     points.append(
-                        await measure_point(
-                            "trio",
-                            "ours",
-                            clients,
-                            warmup_s=size.gateway_warmup_s,
-                            seconds=size.gateway_s,
-                            loaders=size.gateway_loaders,
-                            server_args=args,
-                            extra_cpu=redis_cpu if args else None,
+                        await measure_sized(
+                            "trio", "ours", clients, size, server_args=args, extra_cpu=extra
                         )
                     )
             memory_us = [_us_per_event(p.server_cpu, p) for p in memory]

@@ -29,7 +29,6 @@ import os
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator
@@ -39,7 +38,8 @@ from pathlib import Path
 import trio
 
 from benchmarks.common import Result, Size
-from benchmarks.gateway import RATE_HZ, Point, cpu_seconds, measure_point
+from benchmarks.gateway import RATE_HZ, Point, cpu_seconds, measure_sized
+from supervisor._demo_workers import worker_command
 
 __all__ = ["WORKERS", "gateway_bus"]
 
@@ -48,20 +48,8 @@ WORKERS = 2
 
 
 def _worker_command(url: str, pool: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "supervisor",
-        "worker",
-        "--bus",
-        url,
-        "--engine-pool",
-        pool,
-        "--engine",
-        "benchmarks.gateway_server:StampedEngine",
-        "--log-level",
-        "info",
-    ]
+    engine = "benchmarks.gateway_server:StampedEngine"
+    return worker_command(url, pool, "--engine", engine, "--log-level", "info")
 
 
 #: What ``duplex-supervisor worker`` logs once it serves (`supervisor._cli`).
@@ -119,13 +107,11 @@ async def _bus_point(url: str, clients: int, size: Size) -> tuple[Point, list[in
                 redis_cpu = float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
                 return redis_cpu + sum(cpu_seconds(p.pid) for p in processes)
 
-            point = await measure_point(
+            point = await measure_sized(
                 "trio",
                 "ours",
                 clients,
-                warmup_s=size.gateway_warmup_s,
-                seconds=size.gateway_s,
-                loaders=size.gateway_loaders,
+                size,
                 server_args=("--engine-bus", url, "--engine-pool", pool),
                 extra_cpu=workers_and_redis_cpu,
             )
@@ -156,16 +142,7 @@ async def _load(
     remote: list[Point] = []
     splits: list[list[int]] = []
     for _ in range(size.gateway_redis_pairs):  # interleaved: a drift hits both alike
-        local.append(
-            await measure_point(
-                "trio",
-                "ours",
-                clients,
-                warmup_s=size.gateway_warmup_s,
-                seconds=size.gateway_s,
-                loaders=size.gateway_loaders,
-            )
-        )
+        local.append(await measure_sized("trio", "ours", clients, size))
         point, split = await _bus_point(url, clients, size)
         remote.append(point)
         splits.append(split)
