@@ -3,8 +3,10 @@
 Runs every scenario, each beside its reference measured in the same run, and
 prints one table. Every scenario runs in this process except ``gateway``,
 which starts a server process and load generator processes per load
-(`benchmarks.gateway`). Ratios: reference / ours for latencies,
-ours / reference for throughputs, so higher is better. No number is asserted.
+(`benchmarks.gateway`), and ``gateway_bus``, which does the same with engine
+worker processes and a redis-server besides (`benchmarks.gateway_bus`).
+Ratios: reference / ours for latencies, ours / reference for throughputs, so
+higher is better. No number is asserted.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import trio
 
 from benchmarks.common import FULL, QUICK, Result, Size
 from benchmarks.gateway import gateway
+from benchmarks.gateway_bus import gateway_bus
 from benchmarks.hot_path import send_latency, throughput
 from benchmarks.isolation import engine_threads, slow_client, thread_send_latency
 from benchmarks.lifecycle import (
@@ -43,6 +46,7 @@ SCENARIOS: dict[str, Callable[[Size], Awaitable[list[Result]]]] = {
     "many_sessions_parked": many_sessions_parked,
     "restart": restart,
     "gateway": gateway,
+    "gateway_bus": gateway_bus,
 }
 
 

@@ -38,11 +38,18 @@ from typing import Any
 import trio
 
 from benchmarks.common import Result, Size, pct
-from benchmarks.gateway_server import MODES, SHELLS
+from benchmarks.gateway_server import MODES, RATE_HZ, SHELLS
 
-__all__ = ["Point", "gateway", "measure_point", "saturate"]
+__all__ = [
+    "RATE_HZ",
+    "Point",
+    "cpu_seconds",
+    "gateway",
+    "measure_point",
+    "measure_sized",
+    "saturate",
+]
 
-RATE_HZ = 20.0
 P99_LIMIT_MS = 50.0
 HELD_SHARE = 0.95
 _TICKS = os.sysconf("SC_CLK_TCK")
@@ -110,7 +117,7 @@ class _Lines:
         return line.decode()
 
 
-def _cpu_seconds(pid: int) -> float:
+def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as stat:
         fields = stat.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / _TICKS
@@ -173,14 +180,14 @@ async def measure_point(
             assert process.stdin is not None
             await process.stdin.send_all(b"go\n")
         await trio.sleep(warmup_s)
-        cpu_started, started = _cpu_seconds(server.pid), trio.current_time()
+        cpu_started, started = cpu_seconds(server.pid), trio.current_time()
         extra_started = extra_cpu() if extra_cpu is not None else 0.0
         reports: list[dict[str, Any]] = []
         with trio.fail_after(warmup_s + seconds + 60):
             for _, lines in generators:
                 reports.append(json.loads(await lines.next()))
         elapsed = trio.current_time() - started
-        point.server_cpu = (_cpu_seconds(server.pid) - cpu_started) / elapsed
+        point.server_cpu = (cpu_seconds(server.pid) - cpu_started) / elapsed
         if extra_cpu is not None:
             point.extra_cpu = (extra_cpu() - extra_started) / elapsed
     finally:
@@ -205,6 +212,28 @@ async def measure_point(
         file=sys.stderr,
     )
     return point
+
+
+async def measure_sized(
+    shell: str,
+    mode: str,
+    clients: int,
+    size: Size,
+    *,
+    server_args: Sequence[str] = (),
+    extra_cpu: Callable[[], float] | None = None,
+) -> Point:
+    """`measure_point` with ``size``'s warm-up, window and load generators."""
+    return await measure_point(
+        shell,
+        mode,
+        clients,
+        warmup_s=size.gateway_warmup_s,
+        seconds=size.gateway_s,
+        loaders=size.gateway_loaders,
+        server_args=server_args,
+        extra_cpu=extra_cpu,
+    )
 
 
 def _round(clients: float) -> int:
@@ -260,14 +289,7 @@ async def _shell(shell: str, size: Size) -> tuple[dict[str, object], Result]:
     points: list[Point] = []
 
     async def measure(mode: str, clients: int) -> Point:
-        point = await measure_point(
-            shell,
-            mode,
-            clients,
-            warmup_s=size.gateway_warmup_s,
-            seconds=size.gateway_s,
-            loaders=size.gateway_loaders,
-        )
+        point = await measure_sized(shell, mode, clients, size)
         points.append(point)
         return point
 
@@ -345,16 +367,10 @@ async def redis_store(size: Size) -> dict[str, object]:
             stored: list[Point] = []
             for _ in range(size.gateway_redis_pairs):  # interleaved: a drift hits both alike
                 for points, args in ((memory, ()), (stored, ("--redis", url))):
+                    extra = redis_cpu if args else None
                     points.append(
-                        await measure_point(
-                            "trio",
-                            "ours",
-                            clients,
-                            warmup_s=size.gateway_warmup_s,
-                            seconds=size.gateway_s,
-                            loaders=size.gateway_loaders,
-                            server_args=args,
-                            extra_cpu=redis_cpu if args else None,
+                        await measure_sized(
+                            "trio", "ours", clients, size, server_args=args, extra_cpu=extra
                         )
                     )
             memory_us = [_us_per_event(p.server_cpu, p) for p in memory]

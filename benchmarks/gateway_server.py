@@ -23,6 +23,12 @@ worker). ``--mode`` is what sits behind it:
 its sessions in Redis (`RedisStore`, as ``serve --redis``), so every journaled
 event is also written there.
 
+``--engine-bus URL --engine-pool NAME`` (with ``--shell trio --mode ours``
+only): no engine in this process; the gateway feeds the pool's engine workers
+over the Redis Streams bus (a `BusEngine`, as ``serve --engine-bus``). The
+benchmark starts those workers first, each ``duplex-supervisor worker
+--engine benchmarks.gateway_server:StampedEngine`` (`benchmarks.gateway_bus`).
+
 Each session's engine loop sends one event every ``1/rate`` seconds (a
 random phase per session, so sessions do not fire in step), stamped with
 ``t`` (``time.monotonic()``) just before its send call, as the load
@@ -54,7 +60,7 @@ from supervisor._log_limit import LogLimiter
 from supervisor.gateway._auth import Handshake
 from supervisor.gateway._config import GatewayConfig, GatewayCounters
 from supervisor.gateway._core import TransportClosedError
-from supervisor.gateway._engine import EngineSession, SessionEnded
+from supervisor.gateway._engine import Engine, EngineSession, SessionEnded
 from supervisor.gateway._listener import accept_forever
 from supervisor.gateway._protocol import frame_text
 from supervisor.gateway._server import Gateway, serve_gateway
@@ -69,6 +75,8 @@ MODES = ("ours", "floor", "baseline")
 
 logger = logging.getLogger("benchmarks.gateway")
 
+#: Events/s per session: the load generator's and the workers' (whose factory takes no argument).
+RATE_HZ = 20.0
 DELTA = "the quick resumable strea"[:24]
 BIG = 1 << 30
 
@@ -91,7 +99,7 @@ async def stream_events(send: Send, rate_hz: float) -> None:
 class StampedEngine:
     """An `Engine` running `stream_events`."""
 
-    def __init__(self, rate_hz: float) -> None:
+    def __init__(self, rate_hz: float = RATE_HZ) -> None:
         self.rate_hz = rate_hz
 
     async def start(self, session: EngineSession) -> None:
@@ -185,8 +193,19 @@ def _announce(url: str) -> None:
     print(f"listening {url}", flush=True)
 
 
+def _bus_engine(url: str, pool: str) -> Engine:
+    from supervisor.engine_bus import RedisEngineBus  # noqa: PLC0415 - only the bus needs redis-py
+    from supervisor.gateway._bus_engine import BusEngine  # noqa: PLC0415
+
+    return BusEngine(RedisEngineBus(url, pool=pool))
+
+
 async def _serve_trio(
-    config: GatewayConfig, mode: str, rate_hz: float, redis_url: str | None = None
+    config: GatewayConfig,
+    mode: str,
+    rate_hz: float,
+    redis_url: str | None = None,
+    engine: Engine | None = None,
 ) -> None:
     if mode == "ours":
         async with trio.open_nursery() as nursery:
@@ -194,7 +213,7 @@ async def _serve_trio(
                 functools.partial(
                     serve_gateway,
                     config,
-                    engine=StampedEngine(rate_hz),
+                    engine=engine or StampedEngine(rate_hz),
                     registry_options=_registry_options(config, redis_url),
                 )
             )
@@ -307,9 +326,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--redis", metavar="URL", help="sessions in this Redis (--shell trio --mode ours only)"
     )
+    parser.add_argument(
+        "--engine-bus",
+        metavar="URL",
+        help="feed the engine workers of --engine-pool on this Redis instead of an engine "
+        "in this process (--shell trio --mode ours only)",
+    )
+    parser.add_argument("--engine-pool", default="default", metavar="NAME")
     args = parser.parse_args(argv)
     if args.redis is not None and (args.shell, args.mode) != ("trio", "ours"):
         parser.error("--redis is for --shell trio --mode ours")
+    if args.engine_bus is not None and (args.shell, args.mode) != ("trio", "ours"):
+        parser.error("--engine-bus is for --shell trio --mode ours")
     if args.switch_interval is not None:
         sys.setswitchinterval(args.switch_interval)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -317,7 +345,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING)
     config = config_for_benchmark()
     if args.shell == "trio":
-        trio.run(_serve_trio, config, args.mode, args.rate, args.redis)
+        engine = None if args.engine_bus is None else _bus_engine(args.engine_bus, args.engine_pool)
+        trio.run(_serve_trio, config, args.mode, args.rate, args.redis, engine)
     elif args.shell == "asgi-uvicorn":
         _serve_uvicorn(config, args.mode, args.rate)
     else:

@@ -29,7 +29,7 @@ from supervisor.gateway._bus_engine import BusEngine
 from supervisor.gateway._chaos import ChaosConfig, ChaosReport
 from supervisor.gateway._server import Gateway, GatewayConfig, serve_gateway
 
-__all__ = ["WorkerFigures", "run_workers_demo"]
+__all__ = ["WorkerFigures", "run_workers_demo", "worker_command"]
 
 #: The demo's visibility timeout: short, so a killed worker's work moves
 #: on well within the chaos clients' wait for their last answers.
@@ -46,7 +46,8 @@ class WorkerFigures:
     fenced_engine_messages: int
 
 
-def _worker_command(args: argparse.Namespace, url: str, pool: str) -> list[str]:
+def worker_command(url: str, pool: str, *flags: str) -> list[str]:
+    """``duplex-supervisor worker`` on ``pool`` of the bus at ``url``, as a child's argv."""
     return [
         sys.executable,
         "-m",
@@ -56,6 +57,14 @@ def _worker_command(args: argparse.Namespace, url: str, pool: str) -> list[str]:
         url,
         "--engine-pool",
         pool,
+        *flags,
+    ]
+
+
+def _worker_command(args: argparse.Namespace, url: str, pool: str) -> list[str]:
+    return worker_command(
+        url,
+        pool,
         "--visibility-timeout",
         str(DEMO_VISIBILITY_S),
         "--event-rate",
@@ -64,7 +73,7 @@ def _worker_command(args: argparse.Namespace, url: str, pool: str) -> list[str]:
         str(args.delta_chars),
         "--log-level",
         "warning",
-    ]
+    )
 
 
 @contextmanager

@@ -394,12 +394,33 @@ class RedisEngineBus:
             with self._reachable():
                 self._client.sadd(self._types, *names)
 
+    def workers_have_read(self) -> bool:
+        """Whether a worker of the pool has read its input stream yet (its
+        consumer group exists; the group starts at the stream's first entry,
+        so what gateways sent before reaches the first worker)."""
+        with self._reachable():
+            try:
+                groups = self._client.xinfo_groups(self._in)
+            except redis.ResponseError:  # no stream yet
+                return False
+        return any(_text(g["name"]) == GROUP for g in groups)
+
     def declared_event_types(self) -> frozenset[str]:
         """What the pool's workers declared (`declare_event_types`)."""
         with self._reachable():
             return frozenset(_text(name) for name in self._client.smembers(self._types))
 
     # -- what happened -----------------------------------------------------
+
+    def workers(self) -> dict[str, int]:
+        """The pool's workers (each consumer that read the input stream) and how
+        many entries each holds now; empty before the first worker read."""
+        with self._reachable():
+            try:
+                found = self._client.xinfo_consumers(self._in, GROUP)
+            except redis.ResponseError:  # no stream or no group yet
+                return {}
+        return {_text(c["name"]): int(c["pending"]) for c in found}
 
     def counts(self) -> dict[str, int]:
         """``redelivered``, ``fenced`` (by lease or a late worker), ``duplicates``."""

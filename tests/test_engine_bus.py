@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 
 import pytest
+import trio
 
 from supervisor.engine_bus import Delivery, LeaseFence, RedisEngineBus
 from supervisor.messages import EngineClose, EngineEvents, InputMessage, SessionNotice
@@ -175,3 +177,63 @@ def _receive_until_reachable(bus: RedisEngineBus, consumer: str) -> list[Deliver
         if found:
             return found
     raise AssertionError(f"nothing reached {consumer}")
+
+
+def test_a_workers_batch_is_what_one_read_takes(redis_server: RedisServer) -> None:
+    from supervisor.gateway._engine import EngineSession
+    from supervisor.worker import EngineWorker
+
+    class Idle:
+        async def start(self, session: EngineSession) -> None:
+            return
+
+        async def answer(self, session: EngineSession, client_event_id: str, text: str) -> None:
+            return
+
+        def stop(self, session_id: str) -> None:
+            return
+
+    asked: list[int] = []
+
+    class OneReadIsEnoughError(Exception):
+        pass
+
+    class CountingBus(RedisEngineBus):
+        def receive(
+            self, consumer: str, *, count: int = 16, block_s: float = 1.0
+        ) -> list[Delivery]:
+            asked.append(count)
+            raise OneReadIsEnoughError
+
+    bus = CountingBus(redis_server.url, pool="p")
+    worker = EngineWorker(Idle(), bus, batch=3)
+    with pytest.raises(ExceptionGroup) as raised:
+        trio.run(worker.run)
+    assert raised.group_contains(OneReadIsEnoughError)
+    bus.close()
+    assert asked == [3]
+
+
+def test_what_a_gateway_sent_before_any_worker_started_reaches_the_first_one(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    from supervisor.gateway._bus_engine import BusEngine
+
+    bus = RedisEngineBus(redis_server.url, pool="late", visibility_s=VISIBILITY_S)
+    with caplog.at_level(logging.WARNING, logger="duplex_supervisor.gateway"):
+        early = BusEngine(bus)
+    # Its client event types are unknown: said, since it refuses them until restarted.
+    assert "no engine worker of this pool has started" in caplog.text
+    assert early.client_event_types == {"response.cancel"}
+    generation = bus.claim_session("s1", "gw")
+    notice = SessionNotice(session_id="s1", lease_generation=generation, kind="open")
+    bus.submit(notice)
+    bus.declare_event_types({"input_audio.append"})
+    [delivery] = bus.receive("w1", block_s=0.5)  # the group starts at the stream's first entry
+    assert delivery.message == notice
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="duplex_supervisor.gateway"):
+        later = BusEngine(bus)
+    assert caplog.text == ""
+    assert later.client_event_types == {"input_audio.append", "response.cancel"}
+    bus.close()

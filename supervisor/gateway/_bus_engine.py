@@ -69,7 +69,16 @@ class BusEngine:
     ) -> None:
         self.bus = bus
         self.gateway = gateway or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
-        declared = bus.declared_event_types() if client_event_types is None else client_event_types
+        declared = client_event_types
+        if declared is None:
+            declared = bus.declared_event_types()
+            if not bus.workers_have_read():
+                logger.warning(
+                    "engine bus %r: no engine worker of this pool has started, so the client "
+                    "event types its engine takes are unknown here and refused until this "
+                    "gateway restarts; inputs wait on the bus for the first worker",
+                    bus,
+                )
         # A cancel reaches the workers whether or not their engine takes it as an event.
         self.client_event_types = frozenset(declared) | {"response.cancel"}
         self.fence = LeaseFence()
