@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 from actors._errors import (
     GapReason,
@@ -295,9 +295,9 @@ class JournalEntry:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class JournalSnapshot:
-    """Everything `EventJournal.restore` needs; O(1) to take."""
+class JournalSnapshot(NamedTuple):
+    """Everything `EventJournal.restore` needs; O(1) to take (a named tuple,
+    as `StateSnapshot`: one is taken per command)."""
 
     length: int
     next_sequence: int
