@@ -230,6 +230,9 @@ class AsyncSessionRegistry:
     def __init__(self, *, options: RegistryOptions, port: CoalescingPort) -> None:
         self._options = options
         self._system = options.start_system(port)
+        # Bound once: every outbox holds it (a bound method per outbox was
+        # one more object per session for the garbage collector).
+        self._notify = self._system.notify
         self._port = port
         self._strict = options.strict
         self._send_timeout_s = options.send_timeout_s
@@ -394,7 +397,7 @@ class AsyncSessionRegistry:
             lambda count: self._release(session_id, count),
             len(payloads),
             session_id=session_id,
-            notify=self._system.notify,
+            notify=self._notify,
         )
         command: Command
         if len(payloads) == 1:

@@ -124,7 +124,7 @@ class TrioSessionRegistry(AsyncSessionRegistry):
             send=send,
             close=close,
             port=self._port,
-            notify=self._system.notify,
+            notify=self._notify,
             send_timeout_s=self._send_timeout_s,
             faults=self._system.transport_faults,
             watchdog=self._watchdog,
