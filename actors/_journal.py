@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 from actors._errors import (
     GapReason,
@@ -45,6 +45,9 @@ __all__ = [
 #: How many (through, reason) runs a journal remembers to explain its gaps.
 #: Runs only multiply when TTL and acks alternate; past this the oldest merge.
 _MAX_DROP_RUNS = 32
+
+#: A journal's undo list while nothing was dropped since its snapshot.
+_NOTHING_DROPPED: tuple[()] = ()
 
 
 # Built once: json.dumps would build an encoder per call for these options.
@@ -295,9 +298,9 @@ class JournalEntry:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class JournalSnapshot:
-    """Everything `EventJournal.restore` needs; O(1) to take."""
+class JournalSnapshot(NamedTuple):
+    """Everything `EventJournal.restore` needs; O(1) to take (a named tuple,
+    as `StateSnapshot`: one is taken per command)."""
 
     length: int
     next_sequence: int
@@ -367,14 +370,18 @@ class EventJournal:
         self._dropped_through = 0
         # Invariant: (through, reason) runs, ascending; the last through is
         # _dropped_through when anything was dropped. Explains gap errors.
-        self._drop_runs: list[tuple[int, GapReason]] = []
+        # A tuple, replaced on change (rare): nothing to copy per snapshot, and
+        # no list per session for the garbage collector to walk.
+        self._drop_runs: tuple[tuple[int, GapReason], ...] = ()
         # Invariant: == sum(entry.encoded_bytes for entry in _entries) <= _max_bytes.
         self._retained_bytes = 0
         # Invariant: once True, stays True: an overflowed journal records nothing.
         self._overflowed = False
         # Entries dropped from the head since the last snapshot(), oldest
-        # last, so restore() can put them back. None: no snapshot taken.
-        self._undo: list[JournalEntry] | None = None
+        # last, so restore() can put them back. None: no snapshot taken;
+        # _NOTHING_DROPPED: none dropped since it (a list is made only then:
+        # a snapshot is taken per command).
+        self._undo: list[JournalEntry] | tuple[()] | None = None
 
     # -- reading -----------------------------------------------------------
 
@@ -566,7 +573,7 @@ class EventJournal:
         return (
             self._next_sequence,
             self._dropped_through,
-            tuple(self._drop_runs),
+            self._drop_runs,
             self._overflowed,
         )
 
@@ -578,7 +585,7 @@ class EventJournal:
             entries=tuple(self._entries) if self._entries else _EMPTY_ENTRIES,
             next_sequence=self._next_sequence,
             dropped_through=self._dropped_through,
-            drop_runs=tuple(self._drop_runs),
+            drop_runs=self._drop_runs,
             retained_bytes=self._retained_bytes,
             overflowed=self._overflowed,
         )
@@ -601,7 +608,7 @@ class EventJournal:
         journal._entries.extend(parked.entries)
         journal._next_sequence = parked.next_sequence
         journal._dropped_through = parked.dropped_through
-        journal._drop_runs = list(parked.drop_runs)
+        journal._drop_runs = tuple(parked.drop_runs)
         journal._retained_bytes = parked.retained_bytes
         journal._overflowed = parked.overflowed
         return journal
@@ -610,12 +617,12 @@ class EventJournal:
 
     def snapshot(self) -> JournalSnapshot:
         """Mark a point `restore` can return to. Only the latest one counts."""
-        self._undo = []
+        self._undo = _NOTHING_DROPPED
         return JournalSnapshot(
             length=len(self._entries),
             next_sequence=self._next_sequence,
             dropped_through=self._dropped_through,
-            drop_runs=tuple(self._drop_runs),
+            drop_runs=self._drop_runs,
             retained_bytes=self._retained_bytes,
             overflowed=self._overflowed,
         )
@@ -629,13 +636,14 @@ class EventJournal:
         # and put back only the dropped entries the snapshot held.
         while self._entries and self._entries[-1].sequence >= snapshot.next_sequence:
             self._entries.pop()
-        while self._undo:
-            entry = self._undo.pop()
+        undo = self._undo
+        while isinstance(undo, list) and undo:
+            entry = undo.pop()
             if entry.sequence < snapshot.next_sequence:
                 self._entries.appendleft(entry)
         self._next_sequence = snapshot.next_sequence
         self._dropped_through = snapshot.dropped_through
-        self._drop_runs = list(snapshot.drop_runs)
+        self._drop_runs = snapshot.drop_runs
         self._retained_bytes = snapshot.retained_bytes
         self._overflowed = snapshot.overflowed
 
@@ -663,20 +671,22 @@ class EventJournal:
     def _drop_head(self) -> JournalEntry:
         entry = self._entries.popleft()
         self._retained_bytes -= entry.encoded_bytes
-        if self._undo is not None:
-            self._undo.append(entry)
+        undo = self._undo
+        if isinstance(undo, list):
+            undo.append(entry)
+        elif undo is not None:  # _NOTHING_DROPPED: the first since the snapshot
+            self._undo = [entry]
         return entry
 
     def _note_dropped(self, through: int, reason: GapReason) -> None:
         if through <= self._dropped_through:
             return
         self._dropped_through = through
-        if self._drop_runs and self._drop_runs[-1][1] == reason:
-            self._drop_runs[-1] = (through, reason)
+        runs = self._drop_runs
+        if runs and runs[-1][1] == reason:
+            self._drop_runs = (*runs[:-1], (through, reason))
         else:
-            self._drop_runs.append((through, reason))
-            if len(self._drop_runs) > _MAX_DROP_RUNS:
-                del self._drop_runs[0]
+            self._drop_runs = (*runs, (through, reason))[-_MAX_DROP_RUNS:]
 
     def _reason_for(self, sequence: float) -> GapReason:
         for through, reason in self._drop_runs:

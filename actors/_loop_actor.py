@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import uuid
 from typing import Any, Protocol
 
 import pykka
@@ -42,6 +43,7 @@ __all__ = [
     "LoopActor",
     "LoopFuture",
     "LoopInbox",
+    "StoppedFlag",
     "enter_loop_thread",
     "leave_loop_thread",
 ]
@@ -124,6 +126,58 @@ class LoopFuture(pykka.ThreadingFuture[Any]):
         return super().get(timeout=timeout)
 
 
+class StoppedFlag(threading.Event):
+    """pykka's ``actor_stopped``: a `threading.Event` whose condition is made
+    only when a thread first waits on it.
+
+    pykka itself only sets and reads the flag; a `threading.Event` builds a
+    condition, a lock and a waiters deque per actor, six objects the garbage
+    collector walks for every session (100,000 sessions made and parked spent
+    more time in full collections than in their own code). ``wait`` still
+    blocks like an Event's.
+    """
+
+    def __init__(self) -> None:  # no Event.__init__: no condition to make
+        self._flag = False
+        self._waitable: threading.Event | None = None
+
+    def is_set(self) -> bool:
+        return self._flag
+
+    isSet = is_set  # noqa: N815 - threading.Event's old alias
+
+    def set(self) -> None:
+        with _stopped_flags_lock:
+            self._flag = True
+            waitable = self._waitable
+        if waitable is not None:
+            waitable.set()
+
+    def clear(self) -> None:
+        with _stopped_flags_lock:
+            self._flag = False
+            if self._waitable is not None:
+                self._waitable.clear()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        with _stopped_flags_lock:
+            if self._flag:
+                return True
+            if self._waitable is None:
+                self._waitable = threading.Event()
+            waitable = self._waitable
+        return waitable.wait(timeout)
+
+    def _at_fork_reinit(self) -> None:
+        self._waitable = None
+
+    def __repr__(self) -> str:
+        return f"<StoppedFlag {'set' if self._flag else 'unset'}>"
+
+
+_stopped_flags_lock = threading.Lock()
+
+
 class LoopActor(pykka.Actor):
     """A pykka actor run in turns on a `LoopPort` (see the module docstring).
 
@@ -133,6 +187,14 @@ class LoopActor(pykka.Actor):
 
     actor_loop: LoopPort
     _started_turns = False
+
+    def __init__(self, *_args: Any, **_kwargs: Any) -> None:
+        # pykka.Actor.__init__'s four fields (a test holds them to pykka's),
+        # with a StoppedFlag where pykka makes a threading.Event.
+        self.actor_urn = uuid.uuid4().urn
+        self.actor_inbox = self._create_actor_inbox()
+        self.actor_stopped = StoppedFlag()
+        self._actor_ref = pykka.ActorRef(self)
 
     @staticmethod
     def _create_future() -> pykka.Future[Any]:

@@ -66,7 +66,10 @@ class _LoopQueue:
     __slots__ = ("_actor", "_lock", "_queue", "_scheduled")
 
     def __init__(self) -> None:
-        self._queue: deque[Any] = deque()
+        # Made by the first put, dropped again when a session parks: a parked
+        # mailbox is what 100,000 parked sessions are made of, and every object
+        # in it is one more for each full garbage collection to walk.
+        self._queue: deque[Any] | None = None
         self._lock = threading.Lock()
         # The actor that runs this queue now, and whether it has a turn coming.
         self._actor: LoopActor | None = None
@@ -74,14 +77,22 @@ class _LoopQueue:
 
     def _enqueue_locked(self, envelope: Any) -> LoopActor | None:
         """Queue ``envelope`` (the lock held); the actor to dispatch, if any."""
-        self._queue.append(envelope)
+        self._append_locked(envelope)
         actor = self._actor
         if actor is None or self._scheduled:
             return None
         self._scheduled = True
         return actor
 
+    def _append_locked(self, envelope: Any) -> None:
+        queue = self._queue
+        if queue is None:
+            queue = self._queue = deque()
+        queue.append(envelope)
+
     def get(self) -> Any:
+        if self._queue is None:
+            raise IndexError("get() from an empty inbox")
         return self._queue.popleft()
 
     def empty(self) -> bool:
@@ -138,11 +149,10 @@ class ClosableInbox(_LoopQueue):
         """Refuse guarded messages from now on; take out those queued, in order."""
         with self._lock:
             self._closed = True
-            envelopes = list(self._queue)
-            self._queue.clear()
-            for envelope in envelopes:  # pykka's own (a stop) stay queued
-                if not isinstance(envelope.message, self._guarded):
-                    self._queue.append(envelope)
+            envelopes = list(self._queue or ())
+            # pykka's own (a stop) stay queued
+            kept = [e for e in envelopes if not isinstance(e.message, self._guarded)]
+            self._queue = deque(kept) if kept else None
         return [e.message for e in envelopes if isinstance(e.message, self._guarded)]
 
 
@@ -200,7 +210,7 @@ class SessionMailbox(_LoopQueue):
             ):
                 raise InboxClosedError("session is gone")
             if phase == MailboxPhase.PARKED:
-                self._queue.append(envelope)
+                self._append_locked(envelope)
                 self._phase = MailboxPhase.WAKING
             else:
                 run = self._enqueue_locked(envelope)
@@ -227,6 +237,7 @@ class SessionMailbox(_LoopQueue):
         with self._lock:
             if self._phase != MailboxPhase.LIVE or self._queue:
                 return False
+            self._queue = None  # empty: a parked mailbox keeps no deque
             self._phase = MailboxPhase.PARKED
             self.parked = parked
             commit()
@@ -282,11 +293,10 @@ class SessionMailbox(_LoopQueue):
             self.parked = None
             messages = []
             stops = []
-            for envelope in self._queue:
+            for envelope in self._queue or ():
                 if isinstance(envelope.message, pykka.messages._ActorStop):
                     stops.append(envelope)
                 else:
                     messages.append(envelope.message)
-            self._queue.clear()
-            self._queue.extend(stops)
+            self._queue = deque(stops) if stops else None
         return messages

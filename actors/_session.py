@@ -114,6 +114,11 @@ __all__ = [
 
 logger = logging.getLogger("duplex_supervisor.actors")
 
+# Tuples, not ``A | B``: a union is a new object per isinstance call, and
+# these run per command.
+_NOT_ACTIVITY = (Tick, ActivationOutcome)
+_DELIVERIES = (Deliver, Activate)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _Creating:
@@ -383,7 +388,7 @@ class SessionActor(LoopActor):
                 self.session_id, command, call.reply, call.outbox, internal=call.internal
             )
             return
-        if not isinstance(command, Tick | ActivationOutcome):
+        if not isinstance(command, _NOT_ACTIVITY):
             self._last_active = self._context.clock()
         self.counters.count(command, transition)
         if isinstance(transition.error, InvalidResumeTokenError):
@@ -504,7 +509,7 @@ class SessionActor(LoopActor):
         for effect in transition.effects:
             if isinstance(effect, EventAccepted):
                 self._context.port.submit(effect.callback)
-            elif isinstance(effect, Deliver | Activate):
+            elif isinstance(effect, _DELIVERIES):
                 answered |= self._post(effect, reply, transition.reply)
             elif isinstance(effect, RetireAttachment):
                 outbox = self._outboxes.pop(effect.attachment_generation, None)

@@ -19,7 +19,7 @@ more than a third of its lines.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from actors._errors import (
@@ -82,11 +82,12 @@ class LoopReply:
     still wait: then they queue behind). A subclass wakes its loop's waiter.
     """
 
-    __slots__ = ("_done", "_error", "_on_settled", "_port", "_value")
+    __slots__ = ("_done", "_error", "_on_settled", "_port", "_settled_key", "_value")
 
     def __init__(self, port: CoalescingPort) -> None:
         self._port = port
-        self._on_settled: Callable[[], None] | None = None
+        self._on_settled: Callable[[str], None] | None = None
+        self._settled_key = ""
         self._done = False
         self._value: object = None
         self._error: BaseException | None = None
@@ -103,9 +104,12 @@ class LoopReply:
         else:
             self._port.submit(lambda: self._land(value, error))
 
-    def settle_later(self, on_settled: Callable[[], None]) -> None:
-        """Call ``on_settled`` once this reply is settled (set before it is sent)."""
+    def settle_later(self, on_settled: Callable[[str], None], key: str) -> None:
+        """Call ``on_settled(key)`` once this reply is settled (set before it
+        is sent); a function and its argument, not a closure: one is set per
+        awaited call."""
         self._on_settled = on_settled
+        self._settled_key = key
 
     def _land(self, value: object, error: BaseException | None) -> None:
         if self._done:
@@ -118,7 +122,7 @@ class LoopReply:
         # finalizer needs the registry to become garbage).
         on_settled, self._on_settled = self._on_settled, None
         if on_settled is not None:
-            on_settled()
+            on_settled(self._settled_key)
         self._wake()
 
     def _outcome(self) -> Any:
@@ -226,6 +230,9 @@ class AsyncSessionRegistry:
     def __init__(self, *, options: RegistryOptions, port: CoalescingPort) -> None:
         self._options = options
         self._system = options.start_system(port)
+        # Bound once: every outbox holds it (a bound method per outbox was
+        # one more object per session for the garbage collector).
+        self._notify = self._system.notify
         self._port = port
         self._strict = options.strict
         self._send_timeout_s = options.send_timeout_s
@@ -390,7 +397,7 @@ class AsyncSessionRegistry:
             lambda count: self._release(session_id, count),
             len(payloads),
             session_id=session_id,
-            notify=self._system.notify,
+            notify=self._notify,
         )
         command: Command
         if len(payloads) == 1:
@@ -412,12 +419,24 @@ class AsyncSessionRegistry:
         """Send ``command`` to its session in one of its places (`_has_room`);
         ``reply``, once settled, gives the place back."""
         self._pending[session_id] = self._pending.get(session_id, 0) + 1
-        reply.settle_later(lambda: self._release(session_id))
+        reply.settle_later(self._release, session_id)
         self._system.call(session_id, command, reply)
 
-    async def _ask(self, session_id: str, command: Command) -> Any:
+    def _ask(self, session_id: str, command: Command) -> Awaitable[Any]:
+        """Send ``command`` and return what to await for its answer.
+
+        Not a coroutine itself: with room in the session, the caller awaits
+        the reply's own ``wait`` (a coroutine less per awaited call).
+        """
         self._check_open()
         self._flush(session_id)
+        if not self._has_room(session_id):
+            return self._ask_once_room(session_id, command)
+        reply = self._new_reply()
+        self._call_in_room(session_id, command, reply)
+        return reply.wait()
+
+    async def _ask_once_room(self, session_id: str, command: Command) -> Any:
         while not self._has_room(session_id):
             await self._wait_for_room(session_id)
         reply = self._new_reply()

@@ -95,7 +95,7 @@ class AsyncioSessionRegistry(AsyncSessionRegistry):
             send=send,
             close=close,
             port=self._port,
-            notify=self._system.notify,
+            notify=self._notify,
             send_timeout_s=self._send_timeout_s,
             faults=self._system.transport_faults,
         )

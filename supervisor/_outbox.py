@@ -133,8 +133,10 @@ class OutboxCore:
         self._notify = notify
         self._timeout = math.inf if send_timeout_s is None else send_timeout_s
         self._faults = faults
-        # Invariant: deliveries posted and not yet settled, in posting order.
-        self._pending: deque[Delivery] = deque()
+        # Invariant: deliveries posted and not yet settled, in posting order;
+        # None until the first (an empty deque is ~600 bytes and one more
+        # object for the garbage collector, per session that never sends).
+        self._pending: deque[Delivery] | None = None
         # Invariant: once set, nothing more is sent; pending ones are dropped.
         self._retired: str | None = None
         self._close_reason: str | None = None
@@ -179,7 +181,7 @@ class OutboxCore:
         Counted when asked (a scrape), so a send pays nothing for it."""
         return sum(
             1 + len(d.effect.replay) if isinstance(d.effect, Activate) else len(d.effect.frames)
-            for d in self._pending
+            for d in self._pending or ()
         )
 
     def stop(self, reason: str, *, close: bool) -> None:
@@ -195,8 +197,9 @@ class OutboxCore:
     def abort_activation(self) -> None:
         """The resume's caller was cancelled: fail its activation unless delivered."""
         self._aborted = True
-        for delivery in [d for d in self._pending if isinstance(d.effect, Activate)]:
-            self._pending.remove(delivery)
+        pending = self._pending or deque()
+        for delivery in [d for d in pending if isinstance(d.effect, Activate)]:
+            pending.remove(delivery)
             settle_failed(delivery, ActivationAbortedError("the resume's caller was cancelled"))
         if self._activating:
             self._cancel_current_send()
@@ -207,6 +210,8 @@ class OutboxCore:
         elif self._aborted and isinstance(delivery.effect, Activate):
             settle_failed(delivery, ActivationAbortedError("the resume's caller was cancelled"))
         else:
+            if self._pending is None:
+                self._pending = deque()
             self._pending.append(delivery)
             self._wake()
 
@@ -237,7 +242,7 @@ class OutboxCore:
         effect = delivery.effect
         self._activating = isinstance(effect, Activate)
         try:
-            if not await self._within_timeout(lambda: self._send_frames(effect)):
+            if not await self._within_timeout(self._send_frames, effect):
                 raise SendTimeoutError(
                     f"a send to session {self._session_id} took longer than {self._timeout} s"
                 )
@@ -317,7 +322,7 @@ class OutboxCore:
         try:
             if self._faults is not None:
                 self._faults.check_close(self._session_id)
-            await self._within_timeout(lambda: self._close(reason))
+            await self._within_timeout(self._close, reason)
         except Exception:  # noqa: BLE001 - a failed close is logged; the session goes on
             logger.warning("closing a transport of session %s failed", self._session_id)
         finally:
@@ -336,8 +341,9 @@ class OutboxCore:
     def _wake(self) -> None:
         raise NotImplementedError
 
-    async def _within_timeout(self, call: Callable[[], Awaitable[None]]) -> bool:
-        """Await ``call()``; ``False`` if the send timeout ran out first."""
+    async def _within_timeout(self, call: Callable[[Any], Awaitable[None]], arg: Any) -> bool:
+        """Await ``call(arg)``; ``False`` if the send timeout ran out first.
+        (A function and its argument, not a closure: one runs per send.)"""
         raise NotImplementedError
 
     def _restart_timer(self) -> None:
@@ -382,10 +388,11 @@ class TrioOutbox(OutboxCore):
             raise ValueError("a trio outbox with a send timeout needs a SendWatchdog")
         self._watchdog = watchdog if self._timeout != math.inf else None
         self._clock = trio.lowlevel.current_clock()
-        self._now = self._clock.current_time
         self._pump_scope: trio.CancelScope | None = None
-        # Where the pump waits for deliveries.
-        self._parked = ParkedTask()
+        # Where the pump waits for deliveries; made by its first wait (most
+        # outboxes of a large registry never run a pump: one object fewer for
+        # the garbage collector to walk per session).
+        self._parked: ParkedTask | None = None
         #: When the send in progress began (trio's clock): the watchdog reads it.
         self.send_began = 0.0
 
@@ -411,12 +418,15 @@ class TrioOutbox(OutboxCore):
             self._pump_scope.cancel()
 
     async def _park(self) -> None:
+        if self._parked is None:
+            self._parked = ParkedTask()
         await self._parked.park()
 
     def _wake(self) -> None:
         nursery = self._nursery
         if nursery is None:
-            self._parked.wake()
+            if self._parked is not None:
+                self._parked.wake()
             return
         self._nursery = None
         if self._pending or self._close_reason is not None:
@@ -428,14 +438,14 @@ class TrioOutbox(OutboxCore):
                     settle_dropped(self._pending.popleft(), "cancelled")
         self.finished = True  # retired before any delivery: no pump at all
 
-    async def _within_timeout(self, call: Callable[[], Awaitable[None]]) -> bool:
+    async def _within_timeout(self, call: Callable[[Any], Awaitable[None]], arg: Any) -> bool:
         scope = self._pump_scope
         watchdog = self._watchdog
         if watchdog is not None:
-            self.send_began = self._now()
+            self.send_began = self._clock.current_time()
             watchdog.watch(self)
         try:
-            await call()
+            await call(arg)
         except trio.Cancelled:
             if scope is None or not scope.cancel_called:
                 raise  # not cut here: the pump itself is being cancelled
@@ -449,7 +459,7 @@ class TrioOutbox(OutboxCore):
 
     def _restart_timer(self) -> None:
         if self._watchdog is not None:
-            self.send_began = self._now()
+            self.send_began = self._clock.current_time()
 
     async def _sleep(self, seconds: float) -> None:
         await trio.sleep(seconds)
@@ -500,7 +510,7 @@ class BlockingTrioOutbox(TrioOutbox):
         self._sends += len(frames)
         send = self._blocking_send
         # trio's clock (perf_counter based) may be read from any thread.
-        now = self._now if self._watchdog is not None else None
+        now = self._clock.current_time if self._watchdog is not None else None
 
         def send_all() -> None:
             for frame in frames:
@@ -583,14 +593,14 @@ class AsyncioOutbox(OutboxCore):
     def _wake(self) -> None:
         self._event.set()
 
-    async def _within_timeout(self, call: Callable[[], Awaitable[None]]) -> bool:
+    async def _within_timeout(self, call: Callable[[Any], Awaitable[None]], arg: Any) -> bool:
         if not self._activating:
             # Only an activation's send is ever aborted: any other runs in the
             # pump's task (a task per delivery was a measured cost).
-            return await self._timed(call)
+            return await self._timed(call, arg)
         # An activation's sends run as their own task so an abort can cancel
         # them without touching the pump's own cancellation state.
-        task: asyncio.Task[bool] = asyncio.ensure_future(self._timed(call))
+        task: asyncio.Task[bool] = asyncio.ensure_future(self._timed(call, arg))
         self._current = task  # type: ignore[assignment]
         try:
             await asyncio.wait({task})
@@ -603,13 +613,13 @@ class AsyncioOutbox(OutboxCore):
             raise ActivationAbortedError("the resume's caller was cancelled")
         return task.result()
 
-    async def _timed(self, call: Callable[[], Awaitable[None]]) -> bool:
+    async def _timed(self, call: Callable[[Any], Awaitable[None]], arg: Any) -> bool:
         timer = asyncio.timeout(None)
         try:
             async with timer:
                 self._timer = timer
                 self._restart_timer()
-                await call()
+                await call(arg)
         except TimeoutError:
             if timer.expired():
                 return False

@@ -37,12 +37,12 @@ class ParkedTask:
 
     async def park(self) -> None:
         self._task = trio.lowlevel.current_task()
+        await trio.lowlevel.wait_task_rescheduled(self._abort)
 
-        def abort(_: object) -> trio.lowlevel.Abort:
-            self._task = None
-            return trio.lowlevel.Abort.SUCCEEDED
-
-        await trio.lowlevel.wait_task_rescheduled(abort)
+    def _abort(self, _: object) -> trio.lowlevel.Abort:
+        # A method, not a closure made per park (one park per awaited send).
+        self._task = None
+        return trio.lowlevel.Abort.SUCCEEDED
 
     def wake(self) -> bool:
         """Wake the waiting task; ``False`` if none waits."""

@@ -49,15 +49,15 @@ class TrioReply(LoopReply):
     async def wait(self) -> Any:
         if not self._done:
             self._task = trio.lowlevel.current_task()
-
-            def abort(_: object) -> trio.lowlevel.Abort:
-                self._task = None
-                return trio.lowlevel.Abort.SUCCEEDED
-
-            await trio.lowlevel.wait_task_rescheduled(abort)
+            await trio.lowlevel.wait_task_rescheduled(self._abort)
         else:
             await trio.lowlevel.checkpoint()
         return self._outcome()
+
+    def _abort(self, _: object) -> trio.lowlevel.Abort:
+        # A method, not a closure made per wait (one wait per awaited call).
+        self._task = None
+        return trio.lowlevel.Abort.SUCCEEDED
 
 
 class LocalDrain:
@@ -124,7 +124,7 @@ class TrioSessionRegistry(AsyncSessionRegistry):
             send=send,
             close=close,
             port=self._port,
-            notify=self._system.notify,
+            notify=self._notify,
             send_timeout_s=self._send_timeout_s,
             faults=self._system.transport_faults,
             watchdog=self._watchdog,

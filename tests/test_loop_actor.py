@@ -17,7 +17,13 @@ from typing import Any
 import pykka
 import trio
 
-from actors._loop_actor import THROUGHPUT, LoopActor, enter_loop_thread, leave_loop_thread
+from actors._loop_actor import (
+    THROUGHPUT,
+    LoopActor,
+    StoppedFlag,
+    enter_loop_thread,
+    leave_loop_thread,
+)
 from actors._mailbox import ClosableInbox
 from actors._messages import SendEvent
 from supervisor import ThreadSessionRegistry, open_asyncio_registry, open_session_registry
@@ -277,3 +283,40 @@ async def test_a_busy_actor_yields_the_loop_after_its_throughput() -> None:
     assert [m for m in handled if m != "other"] == list(range(3 * THROUGHPUT))
     busy.stop(block=False)
     other.stop(block=False)
+
+
+def test_a_loop_actor_sets_every_field_pykkas_actor_init_sets() -> None:
+    # LoopActor.__init__ restates pykka's (to make a lighter stopped flag):
+    # a pykka release that adds a field must fail here, not in production.
+    plain = pykka.ThreadingActor()  # pykka.Actor.__init__, a real inbox
+    port = CoalescingPort(lambda fn: fn())
+    ours = _Recorder(port, [])
+    assert set(vars(plain)) <= set(vars(ours))
+    assert ours.actor_ref.actor_stopped is ours.actor_stopped
+    assert isinstance(ours.actor_stopped, threading.Event)
+
+
+def test_a_stopped_flag_wakes_a_thread_waiting_on_it() -> None:
+    flag = StoppedFlag()
+    assert not flag.is_set()
+    assert flag.wait(0.001) is False
+    woke: list[bool] = []
+    waiter = threading.Thread(target=lambda: woke.append(flag.wait(LIMIT)))
+    waiter.start()
+    flag.set()
+    waiter.join(LIMIT)
+    assert woke == [True]
+    assert flag.is_set() and flag.wait(0)
+    flag.clear()
+    assert not flag.is_set()
+
+
+async def test_a_stopped_actors_ref_says_it_is_dead() -> None:
+    port, log = await _port(), list[Any]()
+    ref = _Recorder.start(port, log)
+    assert ref.is_alive()
+    ref.stop(block=False)
+    with trio.fail_after(LIMIT):
+        while ref.is_alive():
+            await trio.sleep(0)
+    ref.actor_stopped.wait(LIMIT)  # set: returns at once, no condition made to wait

@@ -7,7 +7,6 @@ learns the outcome from ``ActivationOutcome``; a failed one is the seed's
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import pytest
@@ -285,7 +284,7 @@ def test_recovery_token_is_refused_while_a_connection_is_attached() -> None:
     outcome(world, 2, delivered=False)
     snapshot = world.state.snapshot()
     attached = TransportAttachment(generation=2, send=wire_send, close=wire_close)
-    world.state.restore(dataclasses.replace(snapshot, attachment=attached, detached_since=None))
+    world.state.restore(snapshot._replace(attachment=attached, detached_since=None))
     world.state.check_invariants()
     fails(auth(world, presented, 0), InvalidResumeTokenError)
 
