@@ -18,7 +18,9 @@ import pytest
 import trio
 
 from actors._store import Commit
+from supervisor._faults import FaultPlan
 from supervisor._options import RegistryOptions
+from supervisor.gateway._auth import Authenticate, Handshake
 from supervisor.gateway._engine import EngineConfig
 from supervisor.gateway._server import Gateway, GatewayConfig, serve_gateway
 from supervisor.gateway._wire_client import WireClient
@@ -30,7 +32,9 @@ GRACE_S = 1.0
 
 
 @asynccontextmanager
-async def gateway_on(store: RedisStore) -> AsyncIterator[Gateway]:
+async def gateway_on(
+    store: RedisStore, authenticate: Authenticate | None = None, faults: FaultPlan | None = None
+) -> AsyncIterator[Gateway]:
     options = RegistryOptions(
         replay_ttl_s=600,
         replay_max_bytes_per_session=1 << 20,
@@ -45,6 +49,8 @@ async def gateway_on(store: RedisStore) -> AsyncIterator[Gateway]:
                 GatewayConfig(port=0),
                 engine_config=EngineConfig(event_rate_hz=0),
                 registry_options=options,
+                authenticate=authenticate,
+                faults=faults,
                 task_status=task_status,
             )
         )
@@ -170,4 +176,51 @@ async def test_the_old_owner_is_told_replaced_whichever_call_learns_it(
             await new.cut()
     store_a.close()
     store_b.close()
+    assert _handler_failures(caplog) == []
+
+
+class DyingStore(RedisStore):
+    """A real RedisStore whose Redis is killed as an open binds its identity:
+    the open fails after its session was created, and its rollback close meets
+    the outage too."""
+
+    def __init__(self, server: RedisServer) -> None:
+        super().__init__(server.url, timeout_s=0.3)
+        self.server = server
+
+    def bind_identity(self, session_id: str, fingerprint: str) -> None:
+        self.server.kill()
+        super().bind_identity(session_id, fingerprint)
+
+
+def _a_user(handshake: Handshake) -> object:
+    return "a-user"
+
+
+async def test_an_open_rolled_back_while_the_store_is_down_leaves_no_session(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The open fails after its create (the store died as it bound the
+    # identity); its rollback close crashes once: like a leave's close, it is
+    # tried again, not given up with the session left routed to a dead socket.
+    caplog.set_level(logging.INFO, logger="duplex_supervisor")
+    store = DyingStore(redis_server)
+    faults = FaultPlan()
+    faults.crash("close.enter", times=1)
+    with trio.fail_after(60):
+        async with gateway_on(store, authenticate=_a_user, faults=faults) as gateway:
+            client = await WireClient.connect(gateway.url, answer_pings=True)
+            await client.send_json({"type": "session.open"})
+            frames, _ = await read_until_closed(client)
+            assert [f.get("type") for f in frames] == ["error"], frames
+            await client.cut()
+            await trio.to_thread.run_sync(redis_server.start)
+            registry = gateway.service.registry
+            with trio.move_on_after(5):
+                while registry.session_ids():
+                    await trio.sleep(0.05)
+            assert registry.session_ids() == []
+            assert registry.stats().attached == 0
+            assert gateway.service.admission.sessions.total == 0
+    store.close()
     assert _handler_failures(caplog) == []

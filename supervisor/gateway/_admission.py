@@ -43,6 +43,8 @@ __all__ = ["Admission"]
 
 Send = Callable[[Mapping[str, object]], Awaitable[None]]
 Close = Callable[[str], Awaitable[None]]
+#: Runs a store call until the store answers (`GatewayService._until_stored`).
+UntilStored = Callable[[str, Callable[[], Awaitable[object]]], Awaitable[None]]
 
 
 @dataclass(slots=True)
@@ -72,11 +74,16 @@ class Admission:
     """The gateway's door for sessions: secrets, caps, throttles."""
 
     def __init__(
-        self, config: GatewayConfig, registry: AsyncSessionRegistry, counters: GatewayCounters
+        self,
+        config: GatewayConfig,
+        registry: AsyncSessionRegistry,
+        counters: GatewayCounters,
+        until_stored: UntilStored,
     ) -> None:
         self.config = config
         self.registry = registry
         self.counters = counters
+        self._until_stored = until_stored
         self.throttles = Throttles(config)
         # Counted from before the awaited create (a reservation) to the
         # session's end, so concurrent opens cannot pass the caps.
@@ -149,8 +156,10 @@ class Admission:
             await self.registry.send_event(session_id, created_frame, journal=False)
         except BaseException:
             # The token never reached anyone: nobody could resume this session.
+            # Closed as a leave is (a crash or an unreachable store is tried
+            # again), or it would stay routed to a socket nobody holds.
             with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
-                await self.registry.close(session_id)
+                await self._until_stored("close", lambda: self.registry.close(session_id))
             self.release(session_id)
             raise
         self.counters.sessions_opened += 1

@@ -125,7 +125,7 @@ class GatewayService:
         self.engine = engine
         self.counters = counters or GatewayCounters()
         self.log = LogLimiter(logger, config.log_interval_s)
-        self.admission = Admission(config, registry, self.counters)
+        self.admission = Admission(config, registry, self.counters, self._until_stored)
         self.work = EngineWork(
             registry,
             engine,
@@ -483,9 +483,10 @@ class GatewayService:
             await ws.close(REPLACED_CLOSE_CODE, "replaced")
 
     async def _until_stored(self, what: str, call: Callable[[], Awaitable[object]]) -> None:
-        """A leave's store call (``detach``, ``close``): once now, and while the
-        store is unreachable again on a timer in the background, until the store
-        answers or the session is gone (taken over, closed, the registry shut)."""
+        """A leave's store call (``detach``, ``close``; an open's rollback close):
+        once now, and while the store is unreachable again on a timer in the
+        background, until the store answers or the session is gone (taken
+        over, closed, the registry shut)."""
         if not await self._leave_stored(what, call):
             self._task_group.start_soon(self._retry_leave, what, call)
 
