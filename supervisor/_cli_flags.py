@@ -148,6 +148,18 @@ def _positive(kind: Callable[[str], float]) -> Callable[[str], float]:
     return parse
 
 
+def _store_outage(text: str) -> tuple[float, float]:
+    """``--store-outage AT:SECONDS``: when the demo's Redis dies, and for how long."""
+    at, colon, seconds = text.partition(":")
+    if not colon:
+        raise argparse.ArgumentTypeError(f"expected AT:SECONDS (e.g. 3:2), got {text!r}")
+    start = _finite(_number(float, at, "a number of seconds"), at)
+    length = _positive(float)(seconds)
+    if not start >= 0:
+        raise argparse.ArgumentTypeError(f"AT must be >= 0, got {at}")
+    return start, length
+
+
 #: The units `byte_size` takes: binary as the help prints them, decimal too.
 _BYTE_UNITS = {
     "": 1,
@@ -698,6 +710,16 @@ def parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="the Redis the processes share (redis://host:port/db), or 'local': start a "
         "redis-server from PATH on a free loopback port for the run and stop it after",
+    )
+    multi.add_argument(
+        "--store-outage",
+        type=_store_outage,
+        metavar="AT:SECONDS",
+        help="with --redis local: the redis-server keeps an append-only file (appendfsync "
+        "always), is SIGKILLed AT seconds into the run and started again from that file "
+        "SECONDS later (AT + SECONDS below --duration); clients answered "
+        "'store_unavailable' try again with backoff; the table adds 'store outage (s)' "
+        "and 'store retries'",
     )
     workers = demo.add_argument_group("engines in other processes")
     workers.add_argument(

@@ -25,7 +25,7 @@ from supervisor.gateway._engine import EngineConfig
 from supervisor.gateway._server import Gateway, GatewayConfig, serve_gateway
 from supervisor.gateway._wire_client import WireClient
 from supervisor.redis_store import RedisStore
-from tests.gateway_support import read_until_closed
+from tests.gateway_support import read_until, read_until_closed
 from tests.redis_support import RedisServer
 
 GRACE_S = 1.0
@@ -222,5 +222,32 @@ async def test_an_open_rolled_back_while_the_store_is_down_leaves_no_session(
             assert registry.session_ids() == []
             assert registry.stats().attached == 0
             assert gateway.service.admission.sessions.total == 0
+    store.close()
+    assert _handler_failures(caplog) == []
+
+
+async def test_an_ack_the_store_cannot_take_keeps_the_connection(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Acks are cumulative: one the store could not take is covered by the
+    # next; the connection and its session go on.
+    store = RedisStore(redis_server.url, timeout_s=0.3)
+    with trio.fail_after(60):
+        async with gateway_on(store) as gateway:
+            client, _, _ = await _open(gateway)
+            await client.send_json({"type": "input", "client_event_id": "i1", "text": "hi"})
+            done = await read_until(client, "response.done")
+            seq = done[-1]["server_event_seq"]
+            await trio.to_thread.run_sync(redis_server.kill)
+            await client.send_json({"type": "ack", "server_event_seq": seq})
+            await trio.sleep(1)
+            await trio.to_thread.run_sync(redis_server.start)
+            await client.send_json({"type": "input", "client_event_id": "i2", "text": "hi"})
+            frames = await read_until(client, "response.done")
+            assert frames[-1]["client_event_id"] == "i2", frames
+            await client.send_json(
+                {"type": "ack", "server_event_seq": frames[-1]["server_event_seq"]}
+            )
+            await client.cut()
     store.close()
     assert _handler_failures(caplog) == []

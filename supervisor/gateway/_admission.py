@@ -31,6 +31,7 @@ from actors._errors import (
     InvalidSequenceError,
     JournalGapError,
     SessionError,
+    StoreUnavailableError,
 )
 from actors._store import identity_fingerprint
 from supervisor._async_door import AsyncSessionRegistry
@@ -39,12 +40,18 @@ from supervisor.gateway._core import Throttles
 from supervisor.gateway._limits import AddressCounter
 from supervisor.gateway._protocol import OpenSession, ProtocolError, ResumeSession
 
-__all__ = ["Admission"]
+__all__ = ["Admission", "store_unavailable"]
 
 Send = Callable[[Mapping[str, object]], Awaitable[None]]
 Close = Callable[[str], Awaitable[None]]
 #: Runs a store call until the store answers (`GatewayService._until_stored`).
 UntilStored = Callable[[str, Callable[[], Awaitable[object]]], Awaitable[None]]
+
+
+def store_unavailable() -> ProtocolError:
+    """An open or resume the session store could not take: nothing changed, the
+    client may try again (close 4503, as ``overloaded``)."""
+    return ProtocolError("store_unavailable", "the session store is unreachable; try again")
 
 
 @dataclass(slots=True)
@@ -255,6 +262,8 @@ class Admission:
                 session_id,
                 ProtocolError("invalid_resume_token", "the resume token is not valid"),
             ) from None
+        except StoreUnavailableError:
+            raise store_unavailable() from None
         except (KeyError, SessionError) as exc:
             raise ProtocolError("session_failed", type(exc).__name__) from None
         finally:
