@@ -251,3 +251,45 @@ async def test_an_ack_the_store_cannot_take_keeps_the_connection(
             await client.cut()
     store.close()
     assert _handler_failures(caplog) == []
+
+
+async def _resume(gateway: Gateway, session_id: str, token: str) -> WireClient:
+    client = await WireClient.connect(gateway.url, answer_pings=True)
+    await client.send_json(
+        {
+            "type": "session.resume",
+            "session_id": session_id,
+            "resume_token": token,
+            "last_received_server_event_seq": 0,
+        }
+    )
+    return client
+
+
+async def test_opens_and_resumes_the_store_cannot_take_are_answered_store_unavailable(
+    redis_server: RedisServer,
+) -> None:
+    # Answered at once (not held until the store returns), with a code a
+    # client retries; nothing changed: once the store is back the same token
+    # resumes the session.
+    store = RedisStore(redis_server.url, timeout_s=0.3)
+    with trio.fail_after(60):
+        async with gateway_on(store) as gateway:
+            client, session_id, token = await _open(gateway)
+            await trio.to_thread.run_sync(redis_server.kill)
+            await client.cut()
+            refused = await _resume(gateway, session_id, token)
+            frames, closed = await read_until_closed(refused)
+            assert [f.get("code") for f in frames] == ["store_unavailable"], frames
+            assert (closed.code, closed.reason) == (4503, "store_unavailable")
+            opener = await WireClient.connect(gateway.url)
+            await opener.send_json({"type": "session.open"})
+            frames, closed = await read_until_closed(opener)
+            assert [f.get("code") for f in frames] == ["store_unavailable"], frames
+            assert gateway.service.admission.sessions.total == 1
+            await trio.to_thread.run_sync(redis_server.start)
+            back = await _resume(gateway, session_id, token)
+            resumed = await back.receive_json()
+            assert resumed["type"] == "session.resumed", resumed
+            await back.cut()
+    store.close()
