@@ -694,7 +694,8 @@ def parser() -> argparse.ArgumentParser:
         "each client connects and resumes on a process picked at random (so resumes take "
         "sessions over across processes), one process is killed with SIGKILL halfway "
         "through and its clients resume on the others; the table adds 'resumes across "
-        "processes', 'takeovers' and 'stranded' (0 also needed for exit status 0).",
+        "processes', 'takeovers' and 'stranded' (0 also needed for exit status 0). With "
+        "--store-outage AT:SECONDS as well, Redis dies and comes back during the run.",
     )
     multi = demo.add_argument_group("more than one process")
     multi.add_argument(

@@ -6,6 +6,9 @@ land on other processes and take sessions over; halfway through, one process
 holding the most clients is killed with SIGKILL, and its clients resume
 elsewhere. ``--redis local`` starts a redis-server of the demo's own on a free
 loopback port (no persistence: it lives for the run) and stops it at the end.
+With ``--store-outage AT:SECONDS`` that redis-server keeps an append-only file
+(``appendfsync always``), is SIGKILLed ``AT`` seconds into the run and started
+again from that file ``SECONDS`` later (see `StoreOutage`).
 """
 
 from __future__ import annotations
