@@ -205,6 +205,8 @@ class _Client:
         self.prefix = f"c{index}"
         #: Chunks sent and not known handled (resent after a resume), by client_seq.
         self.pending: dict[int, bytes] = {}
+        #: ``session.resumed``'s ``last_client_seq``: the chunks above it are resent.
+        self.resumed_client_seq = 0
         self.received: set[int] = set()
         self.next_client_seq = 1
         #: The open connection, if any: closed whatever ends the run.
@@ -229,9 +231,7 @@ class _Client:
         if kind == "input_audio.received":
             self.on_receipt(frame.get("client_seq"))
         elif kind == "client_ack":
-            # Accepted by this process, not yet handled in the store: kept
-            # (a window of them) for a resume elsewhere (docs/protocol.md).
-            self.acked(frame.get("client_seq"), keep=ACKED_WINDOW)
+            self.acked(frame.get("client_seq"))
         elif kind == "session.created":
             self.acked(frame.get("last_client_seq"))
         if kind == "response.done":
@@ -244,7 +244,9 @@ class _Client:
                 self.report.answered += 1
         elif kind == "session.resumed":
             self.token = str(frame["resume_token"])
-            self.acked(frame.get("last_client_seq"))
+            last_client_seq = frame.get("last_client_seq")
+            self.acked(last_client_seq)
+            self.resumed_client_seq = last_client_seq if isinstance(last_client_seq, int) else 0
             if self.resuming_from not in (-1, self.process):
                 self.report.resumes_across_processes += 1
                 if self.resuming_from in self.targets.down:
@@ -269,11 +271,12 @@ class _Client:
             self.received.add(client_seq)
             self.report.client_events_received_once += 1
 
-    def acked(self, client_seq: object, *, keep: int = 0) -> None:
-        """The server has every chunk through ``client_seq``: keep only the last
-        ``keep`` of them."""
+    def acked(self, client_seq: object) -> None:
+        """The process has every chunk through ``client_seq``. Accepted there,
+        perhaps not yet handled in the store: the last `ACKED_WINDOW` of them
+        are kept for a resume elsewhere (docs/protocol.md, *Ack rules*)."""
         if isinstance(client_seq, int):
-            for seq in [s for s in self.pending if s <= client_seq - keep]:
+            for seq in [s for s in self.pending if s <= client_seq - ACKED_WINDOW]:
                 del self.pending[seq]
 
     async def send_audio(self, ws: WireClient) -> None:
@@ -338,7 +341,8 @@ class _Client:
             if frame.get("type") == "session.resumed":
                 break
         for seq, chunk in sorted(self.pending.items()):
-            await ws.send_bytes(_audio_chunk(seq, chunk))
+            if seq > self.resumed_client_seq:
+                await ws.send_bytes(_audio_chunk(seq, chunk))
 
     async def send_input(self, ws: WireClient) -> None:
         client_event_id = f"{self.prefix}-{next(self.input_ids)}"
