@@ -117,6 +117,19 @@ async def test_leaving_while_the_store_is_down_detaches_once_it_is_back(
     assert 5 <= during <= 5 * 6
 
 
+async def _resume(gateway: Gateway, session_id: str, token: str) -> WireClient:
+    client = await WireClient.connect(gateway.url, answer_pings=True)
+    await client.send_json(
+        {
+            "type": "session.resume",
+            "session_id": session_id,
+            "resume_token": token,
+            "last_received_server_event_seq": 0,
+        }
+    )
+    return client
+
+
 async def _takeover(a: Gateway, b: Gateway) -> tuple[WireClient, WireClient, int]:
     """A session opened on ``a``, answered once there, then resumed on ``b``
     (which takes it over through the store; ``a`` has not heard yet)."""
@@ -128,15 +141,7 @@ async def _takeover(a: Gateway, b: Gateway) -> tuple[WireClient, WireClient, int
         if frame.get("type") == "response.done":
             seq = int(frame["server_event_seq"])  # type: ignore[call-overload]
             break
-    new = await WireClient.connect(b.url, answer_pings=True)
-    await new.send_json(
-        {
-            "type": "session.resume",
-            "session_id": session_id,
-            "resume_token": token,
-            "last_received_server_event_seq": 0,
-        }
-    )
+    new = await _resume(b, session_id, token)
     resumed = await new.receive_json()
     assert resumed["type"] == "session.resumed", resumed
     return old, new, seq
@@ -251,19 +256,6 @@ async def test_an_ack_the_store_cannot_take_keeps_the_connection(
             await client.cut()
     store.close()
     assert _handler_failures(caplog) == []
-
-
-async def _resume(gateway: Gateway, session_id: str, token: str) -> WireClient:
-    client = await WireClient.connect(gateway.url, answer_pings=True)
-    await client.send_json(
-        {
-            "type": "session.resume",
-            "session_id": session_id,
-            "resume_token": token,
-            "last_received_server_event_seq": 0,
-        }
-    )
-    return client
 
 
 async def test_opens_and_resumes_the_store_cannot_take_are_answered_store_unavailable(

@@ -49,20 +49,25 @@ def _totals(result: subprocess.CompletedProcess[str]) -> dict[str, object]:
     return totals
 
 
-def test_demo_on_three_processes_loses_and_repeats_nothing_through_a_kill() -> None:
-    redis_binary()  # skip (or fail in CI) without redis-server
-    before = _demo_redis_servers()
-    result = _run(
+def _crowd_on_three_processes(*flags: str) -> subprocess.CompletedProcess[str]:
+    """``demo --processes 3 --redis local`` with 9 clients, cutting often, ``--json``."""
+    return _run(
         "demo",
         "--processes", "3",
         "--redis", "local",
         "--clients", "9",
-        "--duration", "6",
         "--drop-rate", "1.5",
         "--input-rate", "2",
         "--json",
-        timeout=120,
+        *flags,
+        timeout=180,
     )  # fmt: skip
+
+
+def test_demo_on_three_processes_loses_and_repeats_nothing_through_a_kill() -> None:
+    redis_binary()  # skip (or fail in CI) without redis-server
+    before = _demo_redis_servers()
+    result = _crowd_on_three_processes("--duration", "6")
     assert result.returncode == 0, (result.stdout, result.stderr)
     totals = _totals(result)
     assert (totals["lost"], totals["duplicated"], totals["errors"]) == (0, 0, 0), totals
@@ -79,18 +84,7 @@ def test_demo_through_a_store_outage_retries_and_loses_nothing() -> None:
     # The demo's own redis-server is SIGKILLed 2 s in and restarted from its
     # append-only file 2 s later; one gateway process is SIGKILLed at 4 s.
     redis_binary()
-    result = _run(
-        "demo",
-        "--processes", "3",
-        "--redis", "local",
-        "--store-outage", "2:2",
-        "--clients", "9",
-        "--duration", "8",
-        "--drop-rate", "1.5",
-        "--input-rate", "2",
-        "--json",
-        timeout=180,
-    )  # fmt: skip
+    result = _crowd_on_three_processes("--store-outage", "2:2", "--duration", "8")
     assert result.returncode == 0, (result.stdout, result.stderr)
     totals = _totals(result)
     assert (totals["lost"], totals["duplicated"], totals["errors"]) == (0, 0, 0), totals

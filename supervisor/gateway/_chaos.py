@@ -294,7 +294,8 @@ class _Client:
             index = self.targets.pick(self.random)
             try:
                 ws = await WireClient.connect(self.targets.urls[index], ca_file=self.config.ca_file)
-            except OSError:
+            except (OSError, trio.BrokenResourceError):
+                # Refused, or cut mid-handshake by a process killed meanwhile.
                 if attempt + 1 == attempts or not self.targets.many:
                     raise
                 continue
