@@ -274,9 +274,11 @@ async def test_opens_and_resumes_the_store_cannot_take_are_answered_store_unavai
             frames, closed = await read_until_closed(refused)
             assert [f.get("code") for f in frames] == ["store_unavailable"], frames
             assert (closed.code, closed.reason) == (4503, "store_unavailable")
+            await refused.cut()
             opener = await WireClient.connect(gateway.url)
             await opener.send_json({"type": "session.open"})
             frames, closed = await read_until_closed(opener)
+            await opener.cut()
             assert [f.get("code") for f in frames] == ["store_unavailable"], frames
             assert gateway.service.admission.sessions.total == 1
             await trio.to_thread.run_sync(redis_server.start)
