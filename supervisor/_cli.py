@@ -23,9 +23,12 @@ from rich.table import Table
 from supervisor._cli_flags import SECRET_ENV, parser, read_secret
 from supervisor._demo_processes import (
     LOCAL_REDIS,
+    ProcessesFigures,
+    StoreOutage,
     drain,
     listening_url,
     local_redis,
+    local_redis_server,
     run_processes_demo,
     serve_command,
 )
@@ -74,6 +77,7 @@ def _table(
     processes: int = 1,
     workers: WorkerFigures | None = None,
     pool: PoolFigures | None = None,
+    figures: ProcessesFigures | None = None,
 ) -> Table:
     t = report.totals
     table = Table(title="duplex-supervisor chaos run", show_header=True)
@@ -98,6 +102,7 @@ def _table(
         rows.append(("resumes across processes", t.resumes_across_processes))
         rows.append(("takeovers (sessions of the killed process)", t.takeovers))
         rows.append(("stranded (never resumed)", t.stranded))
+        rows.append(("store retries (store_unavailable, tried again)", t.store_retries))
     if pool is not None:
         rows.append(("takeovers (sessions of the killed worker)", t.takeovers))
         rows.append(("stranded (never resumed)", t.stranded))
@@ -107,6 +112,15 @@ def _table(
                 f"{pool.workers_killed} / {pool.workers_started_again}",
             )
         )
+    if figures is not None:
+        rows.append(
+            ("processes SIGKILLed", 1 if figures.process_killed else "0 (raise --duration)")
+        )
+        if figures.outage_asked:
+            outage = figures.store_outage_s
+            rows.append(
+                ("store outage (s)", "not over at the end" if outage is None else f"{outage:.1f}")
+            )
     if workers is not None:
         rows.append(("engine workers killed", workers.engine_workers_killed))
         rows.append(("inputs redelivered", workers.inputs_redelivered))
@@ -117,9 +131,8 @@ def _table(
         rows.append(("server: crashes / restarts", f"{stats.crashes} / {stats.restarts}"))
     for name, value in rows:
         table.add_row(name, str(value))
-    table.add_row(
-        "verdict", "[green]nothing lost or repeated[/]" if report.ok else "[red]FAILED[/]"
-    )
+    ok = report.ok and (figures is None or figures.ok)
+    table.add_row("verdict", "[green]nothing lost or repeated[/]" if ok else "[red]FAILED[/]")
     return table
 
 
@@ -130,6 +143,7 @@ def _totals_json(
     processes: int = 1,
     workers: WorkerFigures | None = None,
     pool: PoolFigures | None = None,
+    figures: ProcessesFigures | None = None,
 ) -> str:
     t = report.totals
     totals: dict[str, object] = {
@@ -154,18 +168,24 @@ def _totals_json(
         totals["resumes_across_processes"] = t.resumes_across_processes
         totals["takeovers"] = t.takeovers
         totals["stranded"] = t.stranded
+        totals["store_retries"] = t.store_retries
     if pool is not None:
         totals["workers"] = pool.workers
         totals["takeovers"] = t.takeovers
         totals["stranded"] = t.stranded
         totals["workers_killed"] = pool.workers_killed
         totals["workers_started_again"] = pool.workers_started_again
+    if figures is not None:
+        totals["processes_killed"] = int(figures.process_killed)
+        if figures.outage_asked:
+            totals["store_outage_s"] = figures.store_outage_s
     if workers is not None:
         totals["engine_workers"] = workers.engine_workers
         totals["engine_workers_killed"] = workers.engine_workers_killed
         totals["inputs_redelivered"] = workers.inputs_redelivered
         totals["fenced_engine_messages"] = workers.fenced_engine_messages
-    result: dict[str, object] = {"totals": totals, "ok": report.ok}
+    ok = report.ok and (figures is None or figures.ok)
+    result: dict[str, object] = {"totals": totals, "ok": ok}
     if gateway is not None:  # the table's "server:" rows
         stats = gateway.registry.stats()
         result["server"] = {
@@ -246,15 +266,25 @@ def _finish(
     report: ChaosReport,
     gateway: Gateway | None,
     workers: WorkerFigures | None = None,
+    *,
     pool: PoolFigures | None = None,
+    figures: ProcessesFigures | None = None,
 ) -> int:
     processes = getattr(args, "processes", 1)
     if args.json:
-        print(_totals_json(report, gateway, processes=processes, workers=workers, pool=pool))
+        print(
+            _totals_json(
+                report, gateway, processes=processes, workers=workers, pool=pool, figures=figures
+            )
+        )
     else:
-        Console().print(_table(report, gateway, processes=processes, workers=workers, pool=pool))
+        Console().print(
+            _table(
+                report, gateway, processes=processes, workers=workers, pool=pool, figures=figures
+            )
+        )
     restarted = pool is None or pool.workers_started_again >= pool.workers_killed
-    return 0 if report.ok and restarted else 1
+    return 0 if report.ok and restarted and (figures is None or figures.ok) else 1
 
 
 def _engine_config(args: argparse.Namespace) -> EngineConfig:
@@ -316,12 +346,24 @@ async def _demo_processes(args: argparse.Namespace, console: Console, server: st
         return await _run_chaos(targets, config, console, None)
 
     config = _chaos_config(args)
-    if args.redis != LOCAL_REDIS:
-        report = await run_processes_demo(args, server, args.redis, config, crowd)
+    if args.store_outage is None:
+        outage = None
     else:
-        with local_redis() as url:
-            report = await run_processes_demo(args, server, url, config, crowd)
-    return _finish(args, report, None)
+        outage = StoreOutage(at_s=args.store_outage[0], seconds=args.store_outage[1])
+        if args.redis != LOCAL_REDIS:
+            raise ValueError("--store-outage kills the demo's own Redis: give --redis local")
+        if outage.at_s + outage.seconds >= config.duration_s:
+            raise ValueError("--store-outage AT:SECONDS must end before --duration")
+    if args.redis != LOCAL_REDIS:
+        report, figures = await run_processes_demo(args, server, args.redis, config, crowd)
+    else:
+        # With an outage, an append-only file synced at every write: the
+        # store comes back with all it had.
+        with local_redis_server(None if outage is None else "always") as redis:
+            report, figures = await run_processes_demo(
+                args, server, redis.url, config, crowd, outage=outage, redis=redis
+            )
+    return _finish(args, report, None, figures=figures)
 
 
 async def _demo_serve_workers(args: argparse.Namespace, console: Console, server: str) -> int:

@@ -148,6 +148,18 @@ def _positive(kind: Callable[[str], float]) -> Callable[[str], float]:
     return parse
 
 
+def _store_outage(text: str) -> tuple[float, float]:
+    """``--store-outage AT:SECONDS``: when the demo's Redis dies, and for how long."""
+    at, colon, seconds = text.partition(":")
+    if not colon:
+        raise argparse.ArgumentTypeError(f"expected AT:SECONDS (e.g. 3:2), got {text!r}")
+    start = _finite(_number(float, at, "a number of seconds"), at)
+    length = _positive(float)(seconds)
+    if not start >= 0:
+        raise argparse.ArgumentTypeError(f"AT must be >= 0, got {at}")
+    return start, length
+
+
 #: The units `byte_size` takes: binary as the help prints them, decimal too.
 _BYTE_UNITS = {
     "": 1,
@@ -701,7 +713,8 @@ def parser() -> argparse.ArgumentParser:
         "each client connects and resumes on a process picked at random (so resumes take "
         "sessions over across processes), one process is killed with SIGKILL halfway "
         "through and its clients resume on the others; the table adds 'resumes across "
-        "processes', 'takeovers' and 'stranded' (0 also needed for exit status 0).",
+        "processes', 'takeovers' and 'stranded' (0 also needed for exit status 0). With "
+        "--store-outage AT:SECONDS as well, Redis dies and comes back during the run.",
     )
     multi = demo.add_argument_group("more than one process")
     multi.add_argument(
@@ -725,6 +738,16 @@ def parser() -> argparse.ArgumentParser:
         help="one 'serve --workers N --redis' process instead (N workers on one port, as "
         "the kernel spreads connections); one worker is SIGKILLed halfway through and "
         "started again by the parent, its clients resume on any worker; needs --redis",
+    )
+    multi.add_argument(
+        "--store-outage",
+        type=_store_outage,
+        metavar="AT:SECONDS",
+        help="with --redis local: the redis-server keeps an append-only file (appendfsync "
+        "always), is SIGKILLed AT seconds into the run and started again from that file "
+        "SECONDS later (AT + SECONDS below --duration); clients answered "
+        "'store_unavailable' try again with backoff; the table adds 'store outage (s)' "
+        "and 'store retries'",
     )
     workers = demo.add_argument_group("engines in other processes")
     workers.add_argument(

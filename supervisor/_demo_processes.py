@@ -6,6 +6,9 @@ land on other processes and take sessions over; halfway through, one process
 holding the most clients is killed with SIGKILL, and its clients resume
 elsewhere. ``--redis local`` starts a redis-server of the demo's own on a free
 loopback port (no persistence: it lives for the run) and stops it at the end.
+With ``--store-outage AT:SECONDS`` that redis-server keeps an append-only file
+(``appendfsync always``), is SIGKILLed ``AT`` seconds into the run and started
+again from that file ``SECONDS`` later (see `StoreOutage`).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
 
 import trio
 
@@ -29,9 +33,13 @@ from supervisor.gateway._chaos import ChaosConfig, ChaosReport, Targets
 
 __all__ = [
     "LOCAL_REDIS",
+    "LocalRedis",
+    "ProcessesFigures",
+    "StoreOutage",
     "drain",
     "listening_url",
     "local_redis",
+    "local_redis_server",
     "run_processes_demo",
     "serve_command",
 ]
@@ -61,9 +69,55 @@ def _answers_ping(port: int) -> bool:
         return False
 
 
+class LocalRedis:
+    """A redis-server of the demo's own: 127.0.0.1, a free port, a temporary
+    directory; `kill` it and `start` it again on the same port and directory
+    (with an append-only file, it comes back with what it had)."""
+
+    def __init__(self, binary: str, directory: str, appendfsync: str | None) -> None:
+        self.port = _free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        argv = [binary, "--bind", "127.0.0.1", "--port", str(self.port), "--dir", directory]
+        argv += ["--save", "", "--daemonize", "no"]
+        if appendfsync is None:
+            argv += ["--appendonly", "no"]
+        else:
+            argv += ["--appendonly", "yes", "--appendfsync", appendfsync]
+        self._argv = [*argv, "--loglevel", "warning"]
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        """Start it and wait until it answers PING; `ValueError` if it does not."""
+        process = self._process = subprocess.Popen(  # noqa: S603 - our own argv
+            self._argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + 20
+        while not _answers_ping(self.port):
+            if process.poll() is not None:
+                raise ValueError(f"redis-server exited {process.returncode} at start")
+            if time.monotonic() > deadline:
+                raise ValueError("redis-server did not answer PING within 20 s")
+            time.sleep(0.05)
+
+    def kill(self) -> None:
+        """SIGKILL: no goodbye; what comes back is what its append-only file holds."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.kill()
+            self._process.wait(10)
+
+    def stop(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait(10)
+
+
 @contextlib.contextmanager
-def local_redis(appendfsync: str | None = None) -> Iterator[str]:
-    """A redis-server on a free 127.0.0.1 port for the block; its URL.
+def local_redis_server(appendfsync: str | None = None) -> Iterator[LocalRedis]:
+    """A started `LocalRedis` for the block, stopped at its end.
 
     No persistence, unless ``appendfsync`` (``always``, ``everysec``, ``no``)
     turns its append-only file on. `ValueError` naming the fix when
@@ -73,33 +127,19 @@ def local_redis(appendfsync: str | None = None) -> Iterator[str]:
     if binary is None:
         raise ValueError(NO_REDIS_SERVER)
     with tempfile.TemporaryDirectory(prefix="duplex-demo-redis-") as directory:
-        port = _free_port()
-        argv = [binary, "--bind", "127.0.0.1", "--port", str(port), "--dir", directory]
-        argv += ["--save", "", "--daemonize", "no"]
-        if appendfsync is None:
-            argv += ["--appendonly", "no"]
-        else:
-            argv += ["--appendonly", "yes", "--appendfsync", appendfsync]
-        argv += ["--loglevel", "warning"]
-        process = subprocess.Popen(  # noqa: S603 - our own argv
-            argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
+        server = LocalRedis(binary, directory, appendfsync)
         try:
-            deadline = time.monotonic() + 20
-            while not _answers_ping(port):
-                if process.poll() is not None:
-                    raise ValueError(f"redis-server exited {process.returncode} at start")
-                if time.monotonic() > deadline:
-                    raise ValueError("redis-server did not answer PING within 20 s")
-                time.sleep(0.05)
-            yield f"redis://127.0.0.1:{port}/0"
+            server.start()
+            yield server
         finally:
-            process.terminate()
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(10)
+            server.stop()
+
+
+@contextlib.contextmanager
+def local_redis(appendfsync: str | None = None) -> Iterator[str]:
+    """`local_redis_server`'s URL."""
+    with local_redis_server(appendfsync) as server:
+        yield server.url
 
 
 async def listening_url(stream: trio.abc.ReceiveStream) -> str:
@@ -178,31 +218,73 @@ async def _gateways(command: list[str], count: int) -> AsyncIterator[list[_Gatew
                     await gateway.process.stderr.aclose()
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoreOutage:
+    """``demo --store-outage AT:SECONDS``: the demo's own redis-server is
+    SIGKILLed ``at_s`` into the run and started again from its append-only
+    file (``appendfsync always``) ``seconds`` later, on the same port."""
+
+    at_s: float
+    seconds: float
+
+
+@dataclass(slots=True)
+class ProcessesFigures:
+    """What the demo did to the processes and the store, beside the clients' report."""
+
+    #: A process was SIGKILLed (not if the run ended first).
+    process_killed: bool = False
+    #: ``--store-outage`` was given.
+    outage_asked: bool = False
+    #: Seconds from the store's SIGKILL to its answering PING again (``None``:
+    #: no outage asked for, or the run ended before the store was back).
+    store_outage_s: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        """The run did what it was to: a process killed, the outage over."""
+        return self.process_killed and (not self.outage_asked or self.store_outage_s is not None)
+
+
 async def run_processes_demo(
     args: argparse.Namespace,
     server: str,
     redis_url: str,
     config: ChaosConfig,
     run: Callable[[Targets, ChaosConfig], Awaitable[ChaosReport]],
-) -> ChaosReport:
+    *,
+    outage: StoreOutage | None = None,
+    redis: LocalRedis | None = None,
+) -> tuple[ChaosReport, ProcessesFigures]:
     """Serve ``args.processes`` gateways on ``redis_url``, run the crowd with
-    ``run(targets, config)``, and SIGKILL one gateway halfway through."""
+    ``run(targets, config)``, and SIGKILL one gateway halfway through; with
+    ``outage``, also kill ``redis`` (the one at ``redis_url``) and start it again."""
+    figures = ProcessesFigures(outage_asked=outage is not None)
     async with _gateways(serve_command(args, server, redis_url), args.processes) as gateways:
         targets = Targets([gateway.url for gateway in gateways])
-        victim = -1
 
         async def kill_one() -> None:
-            nonlocal victim
             await trio.sleep(config.duration_s / 2)
             victim = targets.busiest()
             # Marked down first: a client whose connection breaks knows why.
             targets.mark_down(victim)
             gateways[victim].process.kill()  # SIGKILL: no goodbye, no flush
+            figures.process_killed = True
+
+        async def break_store(outage: StoreOutage, redis: LocalRedis) -> None:
+            await trio.sleep(outage.at_s)
+            began = trio.current_time()
+            redis.kill()
+            await trio.sleep(outage.seconds)
+            await trio.to_thread.run_sync(redis.start)
+            figures.store_outage_s = trio.current_time() - began
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(kill_one)
+            if outage is not None:
+                if redis is None:
+                    raise ValueError("a store outage needs the demo's own redis-server")
+                nursery.start_soon(break_store, outage, redis)
             report = await run(targets, config)
             nursery.cancel_scope.cancel()
-        if victim < 0:
-            raise ValueError("the run ended before a process was killed: raise --duration")
-        return report
+        return report, figures

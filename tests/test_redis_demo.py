@@ -49,20 +49,25 @@ def _totals(result: subprocess.CompletedProcess[str]) -> dict[str, object]:
     return totals
 
 
-def test_demo_on_three_processes_loses_and_repeats_nothing_through_a_kill() -> None:
-    redis_binary()  # skip (or fail in CI) without redis-server
-    before = _demo_redis_servers()
-    result = _run(
+def _crowd_on_three_processes(*flags: str) -> subprocess.CompletedProcess[str]:
+    """``demo --processes 3 --redis local`` with 9 clients, cutting often, ``--json``."""
+    return _run(
         "demo",
         "--processes", "3",
         "--redis", "local",
         "--clients", "9",
-        "--duration", "6",
         "--drop-rate", "1.5",
         "--input-rate", "2",
         "--json",
-        timeout=120,
+        *flags,
+        timeout=180,
     )  # fmt: skip
+
+
+def test_demo_on_three_processes_loses_and_repeats_nothing_through_a_kill() -> None:
+    redis_binary()  # skip (or fail in CI) without redis-server
+    before = _demo_redis_servers()
+    result = _crowd_on_three_processes("--duration", "6")
     assert result.returncode == 0, (result.stdout, result.stderr)
     totals = _totals(result)
     assert (totals["lost"], totals["duplicated"], totals["errors"]) == (0, 0, 0), totals
@@ -73,6 +78,62 @@ def test_demo_on_three_processes_loses_and_repeats_nothing_through_a_kill() -> N
     assert isinstance(across, int) and across >= totals["takeovers"], totals
     assert totals["answered"] == totals["inputs"], totals
     assert set(_demo_redis_servers()) <= set(before)  # its redis-server is gone
+
+
+def test_demo_through_a_store_outage_retries_and_loses_nothing() -> None:
+    # The demo's own redis-server is SIGKILLed 2 s in and restarted from its
+    # append-only file 2 s later; one gateway process is SIGKILLed at 4 s.
+    redis_binary()
+    result = _crowd_on_three_processes("--store-outage", "2:2", "--duration", "8")
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    totals = _totals(result)
+    assert (totals["lost"], totals["duplicated"], totals["errors"]) == (0, 0, 0), totals
+    assert (totals["lost_upstream"], totals["duplicated_upstream"]) == (0, 0), totals
+    assert totals["client_events_received_once"] == totals["client_events_sent"], totals
+    assert totals["answered"] == totals["inputs"], totals
+    assert (totals["stranded"], totals["processes_killed"]) == (0, 1), totals
+    # Resumes met the outage, were answered store_unavailable and tried again.
+    retries = totals["store_retries"]
+    assert isinstance(retries, int) and retries >= 1, totals
+    outage = totals["store_outage_s"]
+    assert isinstance(outage, float) and outage >= 2, totals
+
+
+def test_demo_table_shows_the_store_outage_rows() -> None:
+    redis_binary()
+    result = _run(
+        "demo",
+        "--processes", "2",
+        "--redis", "local",
+        "--store-outage", "1:2",
+        "--clients", "4",
+        "--duration", "5",
+        "--drop-rate", "2",
+        timeout=180,
+    )  # fmt: skip
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    for row in ("store outage (s)", "store retries", "processes SIGKILLed", "stranded"):
+        assert row in result.stdout, result.stdout
+    assert "nothing lost or repeated" in result.stdout
+
+
+def test_demo_store_outage_needs_its_own_redis_and_must_end_in_the_run() -> None:
+    given = _run(
+        "demo", "--processes", "2", "--redis", "redis://127.0.0.1:1/0",
+        "--store-outage", "1:1", "--duration", "5",
+    )  # fmt: skip
+    assert given.returncode == 2, given.stderr
+    assert "--redis local" in given.stderr and "Traceback" not in given.stderr
+    late = _run(
+        "demo", "--processes", "2", "--redis", "local",
+        "--store-outage", "3:2", "--duration", "5",
+    )  # fmt: skip
+    assert late.returncode == 2, late.stderr
+    assert "before --duration" in late.stderr
+    for bad in ("3", "x:1", "1:0", "-1:1"):
+        malformed = _run("demo", "--store-outage", bad)
+        assert malformed.returncode == 2, (bad, malformed.stderr)
+        assert "--store-outage" in malformed.stderr, malformed.stderr
 
 
 def test_demo_on_two_processes_of_a_given_redis_prints_the_rows(
@@ -112,6 +173,8 @@ def test_demo_help_teaches_the_processes_run() -> None:
     assert result.returncode == 0
     assert "--processes" in result.stdout and "--redis" in result.stdout
     assert "SIGKILL" in result.stdout and "'local'" in result.stdout
+    assert "--store-outage" in result.stdout and "AT:SECONDS" in result.stdout
+    assert "append-only file" in result.stdout and "store_unavailable" in result.stdout
 
 
 async def test_an_input_answered_before_a_cut_is_not_answered_again_elsewhere(

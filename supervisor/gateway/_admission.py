@@ -31,6 +31,7 @@ from actors._errors import (
     InvalidSequenceError,
     JournalGapError,
     SessionError,
+    StoreUnavailableError,
 )
 from actors._store import identity_fingerprint
 from supervisor._async_door import AsyncSessionRegistry
@@ -39,10 +40,18 @@ from supervisor.gateway._core import Throttles
 from supervisor.gateway._limits import AddressCounter
 from supervisor.gateway._protocol import OpenSession, ProtocolError, ResumeSession
 
-__all__ = ["Admission"]
+__all__ = ["Admission", "store_unavailable"]
 
 Send = Callable[[Mapping[str, object]], Awaitable[None]]
 Close = Callable[[str], Awaitable[None]]
+#: Runs a store call until the store answers (`GatewayService._until_stored`).
+UntilStored = Callable[[str, Callable[[], Awaitable[object]]], Awaitable[None]]
+
+
+def store_unavailable() -> ProtocolError:
+    """An open or resume the session store could not take: nothing changed, the
+    client may try again (close 4503, as ``overloaded``)."""
+    return ProtocolError("store_unavailable", "the session store is unreachable; try again")
 
 
 @dataclass(slots=True)
@@ -72,11 +81,16 @@ class Admission:
     """The gateway's door for sessions: secrets, caps, throttles."""
 
     def __init__(
-        self, config: GatewayConfig, registry: AsyncSessionRegistry, counters: GatewayCounters
+        self,
+        config: GatewayConfig,
+        registry: AsyncSessionRegistry,
+        counters: GatewayCounters,
+        until_stored: UntilStored,
     ) -> None:
         self.config = config
         self.registry = registry
         self.counters = counters
+        self._until_stored = until_stored
         self.throttles = Throttles(config)
         # Counted from before the awaited create (a reservation) to the
         # session's end, so concurrent opens cannot pass the caps.
@@ -146,8 +160,10 @@ class Admission:
             await self.registry.send_event(session_id, created_frame, journal=False)
         except BaseException:
             # The token never reached anyone: nobody could resume this session.
+            # Closed as a leave is (a crash or an unreachable store is tried
+            # again), or it would stay routed to a socket nobody holds.
             with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
-                await self.registry.close(session_id)
+                await self._until_stored("close", lambda: self.registry.close(session_id))
             self.release(session_id)
             raise
         self.counters.sessions_opened += 1
@@ -243,6 +259,8 @@ class Admission:
                 session_id,
                 ProtocolError("invalid_resume_token", "the resume token is not valid"),
             ) from None
+        except StoreUnavailableError:
+            raise store_unavailable() from None
         except (KeyError, SessionError) as exc:
             raise ProtocolError("session_failed", type(exc).__name__) from None
         finally:

@@ -16,6 +16,13 @@ random, so a resume often lands on another process and takes the session
 over there; a connection broken because its process died is a cut like any
 other, and the client resumes elsewhere. It counts the resumes that landed on
 another process, and the takeovers of sessions whose process was killed.
+
+An open or resume answered ``store_unavailable`` (the gateways' session store
+is away; nothing changed) is tried again after a backoff (doubling from
+`STORE_RETRY_S` to `STORE_RETRY_MAX_S`, jittered), and counted as a store
+retry, not an error, until `STORE_GIVE_UP_S` past the run's end: then it is
+an error (``store_unavailable``). What was lost or repeated is counted as
+ever: a retry hides nothing.
 """
 
 from __future__ import annotations
@@ -28,10 +35,26 @@ from dataclasses import dataclass, field
 
 import trio
 
+from supervisor._client_policy import ACKED_WINDOW
 from supervisor.gateway._protocol import binary_event
 from supervisor.gateway._wire_client import WireClient, WireClosedError, WireRejectedError
 
-__all__ = ["ChaosConfig", "ChaosReport", "ClientReport", "Targets", "run_chaos"]
+__all__ = [
+    "STORE_GIVE_UP_S",
+    "STORE_RETRY_MAX_S",
+    "STORE_RETRY_S",
+    "ChaosConfig",
+    "ChaosReport",
+    "ClientReport",
+    "Targets",
+    "run_chaos",
+]
+
+#: A ``store_unavailable`` answer is tried again after this, doubling up to
+#: `STORE_RETRY_MAX_S`; a client gives up `STORE_GIVE_UP_S` after the run's end.
+STORE_RETRY_S = 0.1
+STORE_RETRY_MAX_S = 2.0
+STORE_GIVE_UP_S = 30.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,6 +113,8 @@ class ClientReport:
     #: Sent and never received; received more than once.
     lost_upstream: int = 0
     duplicated_upstream: int = 0
+    #: Opens and resumes answered ``store_unavailable``, each tried again.
+    store_retries: int = 0
 
 
 @dataclass(slots=True)
@@ -157,6 +182,10 @@ class _RefusedError(Exception):
     """The gateway refused to open a session (its error frame was counted)."""
 
 
+class _StoreAwayError(Exception):
+    """The gateway answered ``store_unavailable``: try again later (counted)."""
+
+
 class _Client:
     """One chaos client's state and checks."""
 
@@ -175,14 +204,18 @@ class _Client:
         self.answered: set[str] = set()
         self.input_ids = itertools.count(1)
         self.prefix = f"c{index}"
-        #: Chunks sent and not yet acked (resent after a resume), by client_seq.
+        #: Chunks sent and not known handled (resent after a resume), by client_seq.
         self.pending: dict[int, bytes] = {}
+        #: ``session.resumed``'s ``last_client_seq``: the chunks above it are resent.
+        self.resumed_client_seq = 0
         self.received: set[int] = set()
         self.next_client_seq = 1
         #: The open connection, if any: closed whatever ends the run.
         self.ws: WireClient | None = None
         #: Its connection broke after a worker was killed, and it has not resumed since.
         self.orphaned = False
+        #: The next wait after a ``store_unavailable`` answer (reset by a success).
+        self.store_delay = STORE_RETRY_S
 
     def on_frame(self, frame: dict[str, object]) -> None:
         seq = frame.get("server_event_seq")
@@ -214,7 +247,9 @@ class _Client:
                 self.report.answered += 1
         elif kind == "session.resumed":
             self.token = str(frame["resume_token"])
-            self.acked(frame.get("last_client_seq"))
+            last_client_seq = frame.get("last_client_seq")
+            self.acked(last_client_seq)
+            self.resumed_client_seq = last_client_seq if isinstance(last_client_seq, int) else 0
             if self.resuming_from not in (-1, self.process):
                 self.report.resumes_across_processes += 1
                 if self.resuming_from in self.targets.down:
@@ -226,8 +261,11 @@ class _Client:
             replayed = frame.get("replayed")
             self.report.replayed += replayed if isinstance(replayed, int) else 0
         elif kind == "error":
-            self.report.errors += 1
             code = str(frame.get("code"))
+            if code == "store_unavailable":
+                self.report.store_retries += 1
+                raise _StoreAwayError
+            self.report.errors += 1
             self.report.error_codes[code] = self.report.error_codes.get(code, 0) + 1
 
     def on_receipt(self, client_seq: object) -> None:
@@ -240,9 +278,11 @@ class _Client:
             self.report.client_events_received_once += 1
 
     def acked(self, client_seq: object) -> None:
-        """The server accepted every chunk through ``client_seq``: keep none of them."""
+        """The process has every chunk through ``client_seq``. Accepted there,
+        perhaps not yet handled in the store: the last `ACKED_WINDOW` of them
+        are kept for a resume elsewhere (docs/protocol.md, *Ack rules*)."""
         if isinstance(client_seq, int):
-            for seq in [s for s in self.pending if s <= client_seq]:
+            for seq in [s for s in self.pending if s <= client_seq - ACKED_WINDOW]:
                 del self.pending[seq]
 
     async def send_audio(self, ws: WireClient) -> None:
@@ -260,7 +300,8 @@ class _Client:
             index = self.targets.pick(self.random)
             try:
                 ws = await WireClient.connect(self.targets.urls[index], ca_file=self.config.ca_file)
-            except OSError:
+            except (OSError, trio.BrokenResourceError):
+                # Refused, or cut mid-handshake by a process killed meanwhile.
                 if attempt + 1 == attempts or not self.targets.many:
                     raise
                 continue
@@ -307,7 +348,8 @@ class _Client:
             if frame.get("type") == "session.resumed":
                 break
         for seq, chunk in sorted(self.pending.items()):
-            await ws.send_bytes(_audio_chunk(seq, chunk))
+            if seq > self.resumed_client_seq:
+                await ws.send_bytes(_audio_chunk(seq, chunk))
 
     async def send_input(self, ws: WireClient) -> None:
         client_event_id = f"{self.prefix}-{next(self.input_ids)}"
@@ -350,6 +392,8 @@ class _Client:
             if self.report.sessions == 0:
                 raise  # the gateway refused the upgrade itself: say its HTTP status
             self._count_failure(f"http_{exc.status}")
+        except _StoreAwayError:
+            self._count_failure("store_unavailable")
         except (WireClosedError, trio.BrokenResourceError, _RefusedError) as exc:
             if not isinstance(exc, _RefusedError):  # a refusal's error frame was counted
                 self._count_failure(type(exc).__name__)
@@ -359,11 +403,12 @@ class _Client:
                     await self.ws.cut()
 
     async def _pump_or_broken(self, ws: WireClient, until: float) -> bool:
-        """`pump`; with many processes, a connection its dead process broke is a cut."""
-        if not self.targets.many:
-            return await self.pump(ws, until)
+        """`pump`; with many processes, a connection its dead process broke is a
+        cut; a ``store_unavailable`` answer is one too."""
         try:
             return await self.pump(ws, until)
+        except _StoreAwayError:
+            return True
         except _BROKEN:
             if not self._process_died():
                 raise
@@ -377,31 +422,62 @@ class _Client:
             return self.orphaned
         return self.process in self.targets.down
 
-    async def _come_back(self, ws: WireClient) -> WireClient:
+    async def _come_back(self, ws: WireClient, deadline: float) -> WireClient:
         """Cut, wait, resume; with many processes, a resume its process broke by
-        dying is a cut too, and the client resumes again elsewhere."""
+        dying is a cut too, and the client resumes again elsewhere; a resume
+        answered ``store_unavailable`` is tried again after a backoff."""
+        self.report.disconnects += 1
+        delay = self.random.uniform(0, self.config.max_reconnect_delay_s)
         while True:
             await ws.cut()
             self.ws = None
-            self.report.disconnects += 1
-            await trio.sleep(self.random.uniform(0, self.config.max_reconnect_delay_s))
+            await trio.sleep(delay)
             ws = self.ws = await self.resume()
             try:
                 await self.resend_chunks(ws)
+            except _StoreAwayError:
+                delay = self._store_backoff(deadline)
+                continue
             except _BROKEN:
                 if not self.targets.many or not self._process_died():
                     raise
+                delay = self.random.uniform(0, self.config.max_reconnect_delay_s)
                 continue
+            self.store_delay = STORE_RETRY_S
             return ws
+
+    async def _open_once_stored(self, deadline: float) -> WireClient:
+        """`open`, tried again after a backoff while it is answered ``store_unavailable``."""
+        while True:
+            try:
+                ws = await self.open()
+            except _StoreAwayError:
+                delay = self._store_backoff(deadline)
+                if self.ws is not None:
+                    await self.ws.cut()
+                    self.ws = None
+                await trio.sleep(delay)
+                continue
+            self.store_delay = STORE_RETRY_S
+            return ws
+
+    def _store_backoff(self, deadline: float) -> float:
+        """How long to wait before trying the store again; past `STORE_GIVE_UP_S`
+        after ``deadline``, the client gives up (an error ``store_unavailable``)."""
+        if trio.current_time() > deadline + STORE_GIVE_UP_S:
+            self._count_failure("store_unavailable")
+            raise _RefusedError("store_unavailable")
+        delay, self.store_delay = self.store_delay, min(self.store_delay * 2, STORE_RETRY_MAX_S)
+        return self.random.uniform(delay / 2, delay)
 
     def _count_failure(self, name: str) -> None:
         self.report.errors += 1
         self.report.error_codes[name] = self.report.error_codes.get(name, 0) + 1
 
     async def _play(self, deadline: float) -> None:
-        ws = self.ws = await self.open()
+        ws = self.ws = await self._open_once_stored(deadline)
         while await self._pump_or_broken(ws, deadline):
-            ws = await self._come_back(ws)
+            ws = await self._come_back(ws, deadline)
         if self.orphaned or (not self.targets.workers and self.process in self.targets.down):
             self.report.stranded += 1  # its process died and it never got back
         # Let the last answers arrive, then end the session politely.

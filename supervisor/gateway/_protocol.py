@@ -84,6 +84,7 @@ ErrorCode = Literal[
     "overflow",
     "session_failed",
     "overloaded",
+    "store_unavailable",
     "handshake_timeout",
     "secret_throttled",
     "too_many_sessions",
@@ -106,6 +107,7 @@ CLOSE_CODES: dict[str, int] = {
     "too_many_sessions": 4429,
     "session_failed": 4500,
     "overloaded": 4503,
+    "store_unavailable": 4503,
 }
 
 #: A socket a resume took over is closed with this code and reason "replaced".

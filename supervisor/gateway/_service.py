@@ -35,7 +35,7 @@ from actors._errors import (
 from actors._messages import LifecycleEvent
 from supervisor._async_door import AsyncSessionRegistry
 from supervisor._log_limit import LogLimiter
-from supervisor.gateway._admission import Admission
+from supervisor.gateway._admission import Admission, store_unavailable
 from supervisor.gateway._auth import Authenticate, Handshake, Unauthorized
 from supervisor.gateway._config import GatewayConfig, GatewayCounters
 from supervisor.gateway._core import (
@@ -125,7 +125,7 @@ class GatewayService:
         self.engine = engine
         self.counters = counters or GatewayCounters()
         self.log = LogLimiter(logger, config.log_interval_s)
-        self.admission = Admission(config, registry, self.counters)
+        self.admission = Admission(config, registry, self.counters, self._until_stored)
         self.work = EngineWork(
             registry,
             engine,
@@ -314,6 +314,10 @@ class GatewayService:
                         await self.registry.acknowledge(session_id, action.server_event_seq)
                     except InvalidSequenceError as exc:
                         return core.fail(ProtocolError("bad_request", str(exc)))
+                    except StoreUnavailableError:
+                        # Acks are cumulative: the next covers this one, and
+                        # the events stay journaled meanwhile.
+                        return []
                     presence = self.work.presence(session_id)
                     if presence is not None:
                         presence.acked_server_event_seq = max(
@@ -402,21 +406,16 @@ class GatewayService:
                     address,
                     action.frame,
                     identity,
-                    last_client_seq=await self.work.last_client_seq(action.frame.session_id),
+                    last_client_seq=await self.work.last_client_seq(
+                        action.frame.session_id, wait_for_store=False
+                    ),
                 )
+        except StoreUnavailableError:
+            # Nothing changed (a store write leaves no trace): the client may
+            # come back once the store answers.
+            return self._refused(core, address, resumed, store_unavailable())
         except ProtocolError as error:
-            if resumed:
-                self._resume_outcome(error.code)
-                if error.code in ("invalid_resume_token", "resume_throttled", "unauthorized"):
-                    # INFO: a client's mistake or probe, not the server's trouble.
-                    self._log(
-                        logging.INFO,
-                        "resume_refused",
-                        "refused a resume from %s: %s",
-                        address,
-                        error.code,
-                    )
-            return core.fail(error)
+            return self._refused(core, address, resumed, error)
         except SessionError as exc:
             # A crash (retryable) or a failed session: this client is told,
             # the gateway and every other session go on.
@@ -448,6 +447,25 @@ class GatewayService:
         if presence is not None:
             presence.set_attached(True)
         return []
+
+    def _refused(
+        self, core: ConnectionCore, address: str, resumed: bool, error: ProtocolError
+    ) -> list[Action]:
+        """An open or resume answered ``error``: counted, logged, the connection failed."""
+        if error.code == "store_unavailable":
+            self._log(logging.WARNING, "open", "a session open/resume met an unreachable store")
+        if resumed:
+            self._resume_outcome(error.code)
+            if error.code in ("invalid_resume_token", "resume_throttled", "unauthorized"):
+                # INFO: a client's mistake or probe, not the server's trouble.
+                self._log(
+                    logging.INFO,
+                    "resume_refused",
+                    "refused a resume from %s: %s",
+                    address,
+                    error.code,
+                )
+        return core.fail(error)
 
     async def _ping(self, ws: Transport, core: ConnectionCore) -> None:
         with contextlib.suppress(TransportClosedError):
@@ -483,9 +501,10 @@ class GatewayService:
             await ws.close(REPLACED_CLOSE_CODE, "replaced")
 
     async def _until_stored(self, what: str, call: Callable[[], Awaitable[object]]) -> None:
-        """A leave's store call (``detach``, ``close``): once now, and while the
-        store is unreachable again on a timer in the background, until the store
-        answers or the session is gone (taken over, closed, the registry shut)."""
+        """A leave's store call (``detach``, ``close``; an open's rollback close):
+        once now, and while the store is unreachable again on a timer in the
+        background, until the store answers or the session is gone (taken
+        over, closed, the registry shut)."""
         if not await self._leave_stored(what, call):
             self._task_group.start_soon(self._retry_leave, what, call)
 

@@ -227,17 +227,22 @@ class EngineWork:
         live = self._live.get(session_id)
         return None if live is None else live.presence
 
-    async def last_client_seq(self, session_id: str) -> int:
+    async def last_client_seq(self, session_id: str, *, wait_for_store: bool = True) -> int:
         """The session's last accepted ``client_seq`` (0: none): this process's,
         and with a store the store's if higher (another process may have held
         the session since this one last did, unbeknown to its work here);
-        this process's sequence catches up with it."""
+        this process's sequence catches up with it. ``wait_for_store=False``:
+        `StoreUnavailableError` at once if the store is away (a resume is
+        answered ``store_unavailable`` rather than held)."""
         live = self._live.get(session_id)
         local = 0 if live is None else live.sequence.last
         store = self.registry.system.store
         if store is None:
             return local
-        stored = int(await self._store_call(store.last_client_seq, session_id))
+        if wait_for_store:
+            stored = int(await self._store_call(store.last_client_seq, session_id))
+        else:
+            stored = int(await anyio.to_thread.run_sync(store.last_client_seq, session_id))
         if live is not None and stored > live.sequence.last:
             live.sequence.last = live.presence.last_client_seq = stored
         return max(local, stored)
