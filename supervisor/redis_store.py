@@ -40,6 +40,7 @@ from supervisor._extras import MissingExtraError
 try:
     import redis
     import redis.exceptions
+    from redis.cluster import RedisCluster
     from redis.exceptions import NoScriptError
 except ModuleNotFoundError:
     raise MissingExtraError("redis", "supervisor.redis_store") from None
@@ -52,6 +53,7 @@ from actors._errors import (
     TokenConflictError,
 )
 from actors._store import DEFAULT_LEASE_S, Commit, SessionRecord, StoredEvent, StoredSession
+from supervisor import _redis_cluster
 from supervisor._log_limit import LogLimiter
 
 __all__ = ["DEFAULT_KEY_TTL_S", "RedisStore"]
@@ -264,8 +266,11 @@ def _script_events(raw: list[list[Any]]) -> tuple[StoredEvent, ...]:
 class RedisStore:
     """A `SessionStore` on one Redis (see the module).
 
-    ``url`` is a redis-py URL (``redis://host:port/db``); it may hold a
-    password, so errors name only the host and port. At most
+    ``url`` is a redis-py URL (``redis://host:port/db``), or
+    ``redis+cluster://host:port[,host:port...]`` for a Redis Cluster
+    (`supervisor._redis_cluster`: redis-py's cluster client, at most
+    ``max_connections`` per node); it may hold a
+    password, so errors name only the hosts and ports. At most
     ``max_connections`` connections, shared by every thread of the process
     that calls it (a registry calls it from its committer's thread, never
     its loop: `supervisor._committer`; a write borrows one for its round
@@ -291,22 +296,30 @@ class RedisStore:
             raise ValueError("lease_s must be positive and key_ttl_s at least lease_s")
         if max_connections < 1:
             raise ValueError("max_connections must be >= 1")
-        # Blocking: each caller (a registry's committer, the gateway's worker
-        # threads) borrows a connection per write; past max_connections a
-        # thread waits its turn (up to timeout_s)
-        # instead of failing, as redis-py's default pool (100) would.
-        pool = redis.BlockingConnectionPool.from_url(
-            url,
-            max_connections=max_connections,
-            timeout=timeout_s,
-            socket_timeout=timeout_s,
-            socket_connect_timeout=timeout_s,
-        )
-        self._pool = pool
         self._log = LogLimiter(logger, log_interval_s)
-        self._client = redis.Redis(connection_pool=pool)
-        kwargs = self._client.connection_pool.connection_kwargs
-        self.where = f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
+        self._pool: redis.BlockingConnectionPool | None = None
+        self._client: redis.Redis | RedisCluster
+        if _redis_cluster.is_cluster_url(url):
+            self.where = _redis_cluster.where(url)
+            with self._reachable():
+                self._client = _redis_cluster.cluster_client(
+                    url, max_connections=max_connections, timeout_s=timeout_s
+                )
+        else:
+            # Blocking: each caller (a registry's committer, the gateway's worker
+            # threads) borrows a connection per write; past max_connections a
+            # thread waits its turn (up to timeout_s)
+            # instead of failing, as redis-py's default pool (100) would.
+            self._pool = redis.BlockingConnectionPool.from_url(
+                url,
+                max_connections=max_connections,
+                timeout=timeout_s,
+                socket_timeout=timeout_s,
+                socket_connect_timeout=timeout_s,
+            )
+            self._client = redis.Redis(connection_pool=self._pool)
+            kwargs = self._pool.connection_kwargs
+            self.where = f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
         self.prefix = prefix
         self.lease_s = lease_s
         self._lease_ms = max(1, int(lease_s * 1000))
@@ -340,11 +353,17 @@ class RedisStore:
 
     @contextlib.contextmanager
     def _reachable(self) -> Iterator[None]:
-        """Redis unreachable or timing out, as `StoreUnavailableError`."""
+        """Redis unreachable or timing out (a cluster: also failing over), as
+        `StoreUnavailableError`."""
         try:
             yield
-        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+        except _redis_cluster.UNREACHABLE as exc:
             raise self._unavailable(exc) from None
+
+    def _reply(self, reply: Any) -> Any:
+        """One pipelined reply; one that says its node cannot serve it (a
+        cluster pipeline answers these per command), as `StoreUnavailableError`."""
+        return self._unavailable(reply) if isinstance(reply, _redis_cluster.UNREACHABLE) else reply
 
     def _run(self, script: Any, keys: list[str], args: list[Any]) -> Any:
         with self._reachable():
@@ -406,10 +425,24 @@ class RedisStore:
         return replies
 
     def _send(self, script: Any, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
+        cluster = self._client if isinstance(self._client, RedisCluster) else None
         with self._client.pipeline(transaction=False) as pipe:
             for keys, args in calls:
-                pipe.evalsha(script.sha, len(keys), *keys, *args)
-            return list(pipe.execute(raise_on_error=False))
+                if cluster is None:
+                    pipe.evalsha(script.sha, len(keys), *keys, *args)
+                else:
+                    # Routed by our slot map: redis-py's cluster pipeline blocks
+                    # its evalsha and would ask the server for each command's
+                    # keys (COMMAND GETKEYS, a round trip per command).
+                    pipe.execute_command(
+                        "EVALSHA",
+                        script.sha,
+                        len(keys),
+                        *keys,
+                        *args,
+                        target_nodes=cluster.get_node_from_key(keys[0]),  # type: ignore[no-untyped-call]
+                    )
+            return [self._reply(reply) for reply in pipe.execute(raise_on_error=False)]
 
     def _commit_args(self, commit: Commit) -> list[Any]:
         fields = _fields(commit.record) if commit.record is not None else []
@@ -445,7 +478,11 @@ class RedisStore:
             session_id=session_id,
             epoch=int(raw_fields[b"epoch"]),
             record=_record(raw_fields),
-            events=_events(raw_events),
+            # redis-py's cluster transaction leaves XRANGE's reply as Redis
+            # sent it (a script's shape); its single-node pipeline parses it.
+            events=_script_events(raw_events)
+            if raw_events and isinstance(raw_events[0][1], list)
+            else _events(raw_events),
         )
 
     def acquire(self, session_id: str, expect_token_digest: bytes) -> StoredSession | None:
@@ -528,4 +565,5 @@ class RedisStore:
 
     def close(self) -> None:
         self._client.close()
-        self._pool.disconnect()  # a pool given to redis.Redis is not closed with it
+        if self._pool is not None:
+            self._pool.disconnect()  # a pool given to redis.Redis is not closed with it

@@ -1,0 +1,100 @@
+"""The Redis Cluster client behind a ``redis+cluster://`` URL (`RedisStore`).
+
+``redis+cluster://[user:password@]host:port[,host:port...]`` (or
+``rediss+cluster://`` for TLS) names some nodes of one cluster; redis-py's
+`redis.cluster.RedisCluster` asks them for the slot map and then talks to
+every primary itself. The store's keys carry one hash tag per session
+(``<prefix>{<id>}:f``), so each script touches one slot; a pipeline of
+many sessions' scripts is split by redis-py per node (one round trip each,
+written to all nodes before any reply is read).
+
+What redis-py does when the cluster moves (read in its ``cluster.py``): a
+MOVED or ASK answer to a pipelined command sends that command again alone,
+to the node named (after a MOVED, every ``reinitialize_steps``-th one
+reloads the whole slot map); a node that refuses connections reloads the
+slot map and the pipeline is sent again, up to the client's retry count; a
+``CLUSTERDOWN`` answer (a failover under way) is retried with backoff too.
+What is still failing after that is raised (a whole call) or answered per
+command (a pipeline): the store answers `StoreUnavailableError` for it, as
+for a single Redis that cannot be reached.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import unquote
+
+import redis
+import redis.exceptions
+from redis.cluster import ClusterNode, RedisCluster
+
+__all__ = ["UNREACHABLE", "cluster_client", "is_cluster_url", "where"]
+
+_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+
+#: What a Redis (or a cluster) that cannot serve a call raises: a node down or
+#: timing out, a failover under way (CLUSTERDOWN, TRYAGAIN), a slot no node
+#: covers, redirections that never settled.
+UNREACHABLE: tuple[type[BaseException], ...] = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    redis.exceptions.ClusterError,
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.AskError,
+    redis.exceptions.RedisClusterException,
+)
+
+
+def is_cluster_url(url: str) -> bool:
+    return url.partition("://")[0].lower() in _SCHEMES
+
+
+def _nodes(url: str) -> tuple[str, str, list[tuple[str, int]]]:
+    """``(plain scheme, userinfo, [(host, port), ...])`` of a cluster URL."""
+    scheme, _, rest = url.partition("://")
+    plain = _SCHEMES[scheme.lower()]
+    rest, _, query = rest.partition("?")
+    if query:
+        raise ValueError("a redis+cluster:// URL takes no query options")
+    userinfo, _, hosts = rest.rpartition("@")
+    hosts, _, database = hosts.partition("/")
+    if database not in ("", "0"):
+        raise ValueError("a Redis Cluster has only database 0")
+    nodes: list[tuple[str, int]] = []
+    for part in hosts.split(","):
+        host, sep, port = part.strip().rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"a redis+cluster:// node is host:port, not {part.strip()!r}")
+        nodes.append((host.strip("[]"), int(port)))
+    return plain, userinfo, nodes
+
+
+def where(url: str) -> str:
+    """The nodes of a cluster URL, for messages: never its password."""
+    _, _, nodes = _nodes(url)
+    return "cluster " + ",".join(f"{host}:{port}" for host, port in nodes)
+
+
+def cluster_client(url: str, *, max_connections: int, timeout_s: float) -> RedisCluster:
+    """A `RedisCluster` on the nodes of ``url``: per node at most
+    ``max_connections`` connections, a caller past them waiting up to
+    ``timeout_s`` (a blocking pool, as the single-node store has).
+
+    It connects now (redis-py loads the slot map in its constructor): an
+    unreachable cluster raises one of `UNREACHABLE` here.
+    """
+    plain, userinfo, nodes = _nodes(url)
+    (first_host, first_port), others = nodes[0], nodes[1:]
+    credentials = f"{userinfo}@" if userinfo else ""
+    host = f"[{first_host}]" if ":" in first_host else first_host
+    # Through url= (not startup_nodes alone) so redis-py builds each node's
+    # pool from connection_pool_class with these options.
+    return RedisCluster(
+        url=f"{plain}://{credentials}{host}:{first_port}/0",
+        startup_nodes=[ClusterNode(unquote(h), p) for h, p in others],  # type: ignore[no-untyped-call]
+        connection_pool_class=redis.BlockingConnectionPool,
+        max_connections=max_connections,
+        timeout=timeout_s,
+        socket_timeout=timeout_s,
+        socket_connect_timeout=timeout_s,
+    )

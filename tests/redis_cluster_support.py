@@ -1,0 +1,158 @@
+"""A real local Redis Cluster for the tests: 3 primaries and 3 replicas, each
+a redis-server on 127.0.0.1 in its own temporary directory (``appendonly
+yes``), joined by ``redis-cli --cluster create --cluster-replicas 1``.
+
+Skipped without redis-server or redis-cli on PATH (both come with Debian's
+redis-server package), failed instead under ``DUPLEX_REQUIRE_REDIS=1`` as
+`tests.redis_support` does.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.redis_support import HOW_TO_RUN, free_port, redis_binary
+
+#: Small, so that a killed primary's replica is promoted within seconds.
+NODE_TIMEOUT_MS = 1000
+
+
+def redis_cli_binary() -> str:
+    binary = shutil.which("redis-cli")
+    if binary is None:
+        if os.environ.get("DUPLEX_REQUIRE_REDIS") == "1":
+            pytest.fail(HOW_TO_RUN)
+        pytest.skip(HOW_TO_RUN)
+    return binary
+
+
+def _cli(cli: str, port: int, *words: str) -> str:
+    """One command through redis-cli: its text answer ("" if the node does not answer)."""
+    done = subprocess.run(  # noqa: S603 - our own argv
+        [cli, "-h", "127.0.0.1", "-p", str(port), *words],
+        capture_output=True,
+        timeout=10,
+        check=False,
+    )
+    return done.stdout.decode()
+
+
+def _cluster_port(taken: list[int]) -> int:
+    """A free port whose cluster bus port (itself + 10000) is free and valid too."""
+    while True:
+        port = free_port()
+        if port + 10000 > 65535 or port in taken or port + 10000 in taken:
+            continue
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port + 10000))
+            except OSError:
+                continue
+        return port
+
+
+class LocalCluster:
+    """Six redis-servers joined into one cluster (3 primaries, 3 replicas)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.server = redis_binary()
+        self.cli = redis_cli_binary()
+        self.directory = directory
+        self.ports: list[int] = []
+        for _ in range(6):
+            self.ports.append(_cluster_port(self.ports))
+        self.processes: dict[int, subprocess.Popen[bytes]] = {}
+
+    @property
+    def url(self) -> str:
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{port}" for port in self.ports[:3])
+
+    def start(self) -> None:
+        for port in self.ports:
+            node_dir = self.directory / str(port)
+            node_dir.mkdir()
+            self.processes[port] = subprocess.Popen(  # noqa: S603 - our own argv
+                [
+                    self.server,
+                    "--bind", "127.0.0.1",
+                    "--port", str(port),
+                    "--dir", str(node_dir),
+                    "--cluster-enabled", "yes",
+                    "--cluster-config-file", str(node_dir / "nodes.conf"),
+                    "--cluster-node-timeout", str(NODE_TIMEOUT_MS),
+                    "--appendonly", "yes",
+                    "--save", "",
+                    "--daemonize", "no",
+                    "--loglevel", "warning",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+        for port in self.ports:
+            self._wait(lambda port=port: _cli(self.cli, port, "PING").startswith("PONG"), "PING")
+        subprocess.run(  # noqa: S603 - our own argv
+            [
+                self.cli,
+                "--cluster", "create",
+                *(f"127.0.0.1:{port}" for port in self.ports),
+                "--cluster-replicas", "1",
+                "--cluster-yes",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )  # fmt: skip
+        self._wait(self._settled, "cluster_state:ok with 3 replicas on every node")
+
+    def _settled(self) -> bool:
+        alive = [port for port, process in self.processes.items() if process.poll() is None]
+        for port in alive:
+            if "cluster_state:ok" not in _cli(self.cli, port, "CLUSTER", "INFO"):
+                return False
+        nodes = _cli(self.cli, alive[0], "CLUSTER", "NODES")
+        return nodes.count("slave") >= len(alive) - 3
+
+    def _wait(self, condition: object, what: str, timeout_s: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                if callable(condition) and condition():
+                    return
+            except (OSError, subprocess.SubprocessError):
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"the local Redis Cluster did not reach {what} in {timeout_s} s")
+
+    def primary_of(self, key: str) -> int:
+        """The port of the primary serving ``key``'s slot now."""
+        alive = [port for port, process in self.processes.items() if process.poll() is None]
+        slot = int(_cli(self.cli, alive[0], "CLUSTER", "KEYSLOT", key))
+        for line in _cli(self.cli, alive[0], "CLUSTER", "NODES").splitlines():
+            fields = line.split()
+            if len(fields) < 9 or "master" not in fields[2] or "fail" in fields[2]:
+                continue
+            for ranges in fields[8:]:
+                low, _, high = ranges.partition("-")
+                if low.isdigit() and int(low) <= slot <= int(high or low):
+                    return int(fields[1].split(":")[1].split("@")[0])
+        raise LookupError(f"no primary serves slot {slot}")
+
+    def kill(self, port: int) -> None:
+        """SIGKILL one node."""
+        process = self.processes[port]
+        process.send_signal(signal.SIGKILL)
+        process.wait(10)
+
+    def stop(self) -> None:
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.kill()
+                process.wait(10)
