@@ -27,7 +27,7 @@ import redis
 import redis.exceptions
 from redis.cluster import ClusterNode, RedisCluster
 
-__all__ = ["UNREACHABLE", "cluster_client", "is_cluster_url", "where"]
+__all__ = ["UNREACHABLE", "cluster_client", "is_cluster_url", "refused_for_replicas", "where"]
 
 _SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 
@@ -43,6 +43,12 @@ UNREACHABLE: tuple[type[BaseException], ...] = (
     redis.exceptions.AskError,
     redis.exceptions.RedisClusterException,
 )
+
+
+def refused_for_replicas(error: BaseException) -> bool:
+    """A primary with fewer good replicas than its ``min-replicas-to-write``
+    refusing a write (NOREPLICAS), before the write changed anything."""
+    return isinstance(error, redis.exceptions.ResponseError) and str(error).startswith("NOREPLICAS")
 
 
 def is_cluster_url(url: str) -> bool:

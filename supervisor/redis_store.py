@@ -279,6 +279,15 @@ class RedisStore:
     While Redis is unreachable every failed call raises, but the warning is
     logged at most once per ``log_interval_s`` (the lines held back are
     counted into the next one): an outage is not a log storm.
+
+    ``durability_replicas`` K > 0: each commit is also acknowledged by K
+    replicas of its primary (``WAIT K``, in the same pipeline, on the same
+    connection, after the commits), so a replica promoted after its primary
+    died holds every event a client was sent. A commit Redis applied but
+    fewer than K replicas acknowledged (within half of ``timeout_s``) is
+    answered `StoreUnavailableError`, as a write whose answer was lost: the
+    session does not send its events; the store may hold them, and a resume
+    replays them.
     """
 
     def __init__(
@@ -291,7 +300,10 @@ class RedisStore:
         timeout_s: float = 2.0,
         max_connections: int = 32,
         log_interval_s: float = 10.0,
+        durability_replicas: int = 0,
     ) -> None:
+        if durability_replicas < 0:
+            raise ValueError("durability_replicas must be >= 0")
         if lease_s <= 0 or key_ttl_s < lease_s:
             raise ValueError("lease_s must be positive and key_ttl_s at least lease_s")
         if max_connections < 1:
@@ -321,6 +333,9 @@ class RedisStore:
             kwargs = self._pool.connection_kwargs
             self.where = f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
         self.prefix = prefix
+        self.durability_replicas = durability_replicas
+        # WAIT's own timeout, under the socket's (which would drop the connection).
+        self._wait_ms = max(1, int(timeout_s * 500))
         self.lease_s = lease_s
         self._lease_ms = max(1, int(lease_s * 1000))
         self._ttl_ms = max(1, int(key_ttl_s * 1000))
@@ -359,11 +374,34 @@ class RedisStore:
             yield
         except _redis_cluster.UNREACHABLE as exc:
             raise self._unavailable(exc) from None
+        except redis.exceptions.ResponseError as exc:
+            if _redis_cluster.refused_for_replicas(exc):
+                raise self._unavailable(exc) from None
+            raise
+
+    def _unreplicated(self) -> StoreUnavailableError:
+        self._log.log(
+            logging.WARNING,
+            "unreplicated",
+            "session store: Redis at %s: a commit not acknowledged by %d replicas",
+            self.where,
+            self.durability_replicas,
+            now=time.monotonic(),
+        )
+        return StoreUnavailableError(
+            f"Redis at {self.where}: fewer than {self.durability_replicas} replicas "
+            "acknowledged the commit"
+        )
 
     def _reply(self, reply: Any) -> Any:
         """One pipelined reply; one that says its node cannot serve it (a
-        cluster pipeline answers these per command), as `StoreUnavailableError`."""
-        return self._unavailable(reply) if isinstance(reply, _redis_cluster.UNREACHABLE) else reply
+        cluster pipeline answers these per command) or that its primary lacks the
+        replicas it requires (NOREPLICAS), as `StoreUnavailableError`."""
+        if isinstance(reply, _redis_cluster.UNREACHABLE) or (
+            isinstance(reply, BaseException) and _redis_cluster.refused_for_replicas(reply)
+        ):
+            return self._unavailable(reply)
+        return reply
 
     def _run(self, script: Any, keys: list[str], args: list[Any]) -> Any:
         with self._reachable():
@@ -380,8 +418,7 @@ class RedisStore:
         return 1
 
     def commit(self, commit: Commit) -> None:
-        outcome = self._run(self._commit, self._keys(commit.session_id), self._commit_args(commit))
-        refusal = _commit_refusal(outcome, commit.session_id)
+        refusal = self.commit_many([commit])[0]  # its WAIT, if any, on its connection
         if refusal is not None:
             raise refusal
 
@@ -397,13 +434,15 @@ class RedisStore:
         """
         calls = [(self._keys(c.session_id), self._commit_args(c)) for c in commits]
         with self._reachable():
-            outcomes = self._pipelined(self._commit, calls)
+            outcomes = self._pipelined(self._commit, calls, durable=True)
         return [
             outcome if isinstance(outcome, Exception) else _commit_refusal(outcome, c.session_id)
             for c, outcome in zip(commits, outcomes, strict=True)
         ]
 
-    def _pipelined(self, script: Any, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
+    def _pipelined(
+        self, script: Any, calls: list[tuple[list[str], list[Any]]], *, durable: bool = False
+    ) -> list[Any]:
         """Run ``script`` once per ``(keys, args)`` in one round trip; each reply,
         or the error Redis answered for that call alone.
 
@@ -414,35 +453,56 @@ class RedisStore:
         """
         if not calls:
             return []
-        replies = self._send(script, calls)
+        replies = self._send(script, calls, durable=durable)
         missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
         if missing:
             self._client.script_load(script.script)
             for i, reply in zip(
-                missing, self._send(script, [calls[i] for i in missing]), strict=True
+                missing,
+                self._send(script, [calls[i] for i in missing], durable=durable),
+                strict=True,
             ):
                 replies[i] = reply
         return replies
 
-    def _send(self, script: Any, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
+    def _send(
+        self, script: Any, calls: list[tuple[list[str], list[Any]]], *, durable: bool = False
+    ) -> list[Any]:
+        """One pipeline; ``durable`` with `durability_replicas`: a WAIT per node
+        after its scripts, and each applied script (reply 1) whose node's
+        replicas did not all acknowledge answered `StoreUnavailableError`."""
         cluster = self._client if isinstance(self._client, RedisCluster) else None
+        nodes: list[Any] = []  # per call, its node (a cluster) or None
         with self._client.pipeline(transaction=False) as pipe:
             for keys, args in calls:
                 if cluster is None:
+                    nodes.append(None)
                     pipe.evalsha(script.sha, len(keys), *keys, *args)
-                else:
-                    # Routed by our slot map: redis-py's cluster pipeline blocks
-                    # its evalsha and would ask the server for each command's
-                    # keys (COMMAND GETKEYS, a round trip per command).
-                    pipe.execute_command(
-                        "EVALSHA",
-                        script.sha,
-                        len(keys),
-                        *keys,
-                        *args,
-                        target_nodes=cluster.get_node_from_key(keys[0]),  # type: ignore[no-untyped-call]
-                    )
-            return [self._reply(reply) for reply in pipe.execute(raise_on_error=False)]
+                    continue
+                # Routed by our slot map: redis-py's cluster pipeline blocks
+                # its evalsha and would ask the server for each command's
+                # keys (COMMAND GETKEYS, a round trip per command).
+                node = cluster.get_node_from_key(keys[0])  # type: ignore[no-untyped-call]
+                nodes.append(node)
+                pipe.execute_command(
+                    "EVALSHA", script.sha, len(keys), *keys, *args, target_nodes=node
+                )
+            waits = list({id(n): n for n in nodes}.values()) if durable else []
+            if self.durability_replicas:
+                for node in waits:
+                    routed = {} if node is None else {"target_nodes": node}
+                    pipe.execute_command("WAIT", self.durability_replicas, self._wait_ms, **routed)
+            replies = [self._reply(reply) for reply in pipe.execute(raise_on_error=False)]
+        if not self.durability_replicas or not waits:
+            return replies
+        acked = {
+            id(node): not isinstance(reply, Exception) and int(reply) >= self.durability_replicas
+            for node, reply in zip(waits, replies[len(calls) :], strict=True)
+        }
+        return [
+            reply if reply != 1 or acked[id(node)] else self._unreplicated()
+            for node, reply in zip(nodes, replies[: len(calls)], strict=True)
+        ]
 
     def _commit_args(self, commit: Commit) -> list[Any]:
         fields = _fields(commit.record) if commit.record is not None else []

@@ -77,25 +77,8 @@ class LocalCluster:
 
     def start(self) -> None:
         for port in self.ports:
-            node_dir = self.directory / str(port)
-            node_dir.mkdir()
-            self.processes[port] = subprocess.Popen(  # noqa: S603 - our own argv
-                [
-                    self.server,
-                    "--bind", "127.0.0.1",
-                    "--port", str(port),
-                    "--dir", str(node_dir),
-                    "--cluster-enabled", "yes",
-                    "--cluster-config-file", str(node_dir / "nodes.conf"),
-                    "--cluster-node-timeout", str(NODE_TIMEOUT_MS),
-                    "--appendonly", "yes",
-                    "--save", "",
-                    "--daemonize", "no",
-                    "--loglevel", "warning",
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )  # fmt: skip
+            (self.directory / str(port)).mkdir()
+            self._start_node(port)
         for port in self.ports:
             self._wait(lambda port=port: _cli(self.cli, port, "PING").startswith("PONG"), "PING")
         subprocess.run(  # noqa: S603 - our own argv
@@ -110,15 +93,55 @@ class LocalCluster:
             capture_output=True,
             timeout=60,
         )  # fmt: skip
-        self._wait(self._settled, "cluster_state:ok with 3 replicas on every node")
+        self._wait(self._settled, "cluster_state:ok and every replica linked to its primary")
+
+    def _start_node(self, port: int) -> None:
+        node_dir = self.directory / str(port)
+        self.processes[port] = subprocess.Popen(  # noqa: S603 - our own argv
+            [
+                self.server,
+                "--bind", "127.0.0.1",
+                "--port", str(port),
+                "--dir", str(node_dir),
+                "--cluster-enabled", "yes",
+                "--cluster-config-file", str(node_dir / "nodes.conf"),
+                "--cluster-node-timeout", str(NODE_TIMEOUT_MS),
+                "--appendonly", "yes",
+                "--repl-diskless-sync-delay", "0",
+                # Sessions on the other primaries' slots serve on while one
+                # primary's slots fail over (with "yes" every node answers
+                # CLUSTERDOWN until the replica is promoted).
+                "--cluster-require-full-coverage", "no",
+                "--save", "",
+                "--daemonize", "no",
+                "--loglevel", "warning",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+
+    def restart(self, port: int) -> None:
+        """Start a killed node again from its directory: it rejoins the cluster
+        (as a replica, if its replica was promoted meanwhile)."""
+        self._start_node(port)
+        self._wait(self._settled, "cluster_state:ok and every replica linked to its primary")
+
+    def failed_over(self, key: str, old_primary: int) -> bool:
+        """Another node serves ``key``'s slot, and the cluster is whole again."""
+        try:
+            return self.primary_of(key) != old_primary and self._settled()
+        except (OSError, subprocess.SubprocessError, LookupError, ValueError):
+            return False
 
     def _settled(self) -> bool:
         alive = [port for port, process in self.processes.items() if process.poll() is None]
         for port in alive:
             if "cluster_state:ok" not in _cli(self.cli, port, "CLUSTER", "INFO"):
                 return False
-        nodes = _cli(self.cli, alive[0], "CLUSTER", "NODES")
-        return nodes.count("slave") >= len(alive) - 3
+        linked = sum(
+            "master_link_status:up" in _cli(self.cli, port, "INFO", "replication") for port in alive
+        )
+        return linked >= len(alive) - 3
 
     def _wait(self, condition: object, what: str, timeout_s: float = 30.0) -> None:
         deadline = time.monotonic() + timeout_s
@@ -156,3 +179,18 @@ class LocalCluster:
             if process.poll() is None:
                 process.kill()
                 process.wait(10)
+
+    def replicas_of(self, primary_port: int) -> list[int]:
+        """The ports of the replicas following the primary on ``primary_port``."""
+        alive = [port for port, process in self.processes.items() if process.poll() is None]
+        lines = [line.split() for line in _cli(self.cli, alive[0], "CLUSTER", "NODES").splitlines()]
+        port_of = {fields[0]: int(fields[1].split(":")[1].split("@")[0]) for fields in lines}
+        primary_id = next(node_id for node_id, port in port_of.items() if port == primary_port)
+        return [port_of[fields[0]] for fields in lines if fields[3] == primary_id]
+
+    def pause(self, port: int) -> None:
+        """SIGSTOP: the node's socket takes commands, nothing answers."""
+        self.processes[port].send_signal(signal.SIGSTOP)
+
+    def resume(self, port: int) -> None:
+        self.processes[port].send_signal(signal.SIGCONT)
