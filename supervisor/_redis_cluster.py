@@ -1,4 +1,5 @@
-"""The Redis Cluster client behind a ``redis+cluster://`` URL (`RedisStore`).
+"""The Redis Cluster client behind a ``redis+cluster://`` URL (`RedisStore`),
+and the store's pipelined scripts on one Redis or a cluster (`send_scripts`).
 
 ``redis+cluster://[user:password@]host:port[,host:port...]`` (or
 ``rediss+cluster://`` for TLS) names some nodes of one cluster; redis-py's
@@ -21,13 +22,22 @@ for a single Redis that cannot be reached.
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import unquote
 
 import redis
 import redis.exceptions
 from redis.cluster import ClusterNode, RedisCluster
 
-__all__ = ["UNREACHABLE", "cluster_client", "is_cluster_url", "refused_for_replicas", "where"]
+__all__ = [
+    "UNREACHABLE",
+    "RedisCluster",
+    "cluster_client",
+    "is_cluster_url",
+    "refused_for_replicas",
+    "send_scripts",
+    "where",
+]
 
 _SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 
@@ -104,3 +114,45 @@ def cluster_client(url: str, *, max_connections: int, timeout_s: float) -> Redis
         socket_timeout=timeout_s,
         socket_connect_timeout=timeout_s,
     )
+
+
+def send_scripts(
+    client: redis.Redis | RedisCluster,
+    sha: str,
+    calls: list[tuple[list[str], list[Any]]],
+    *,
+    wait_replicas: int,
+    wait_ms: int,
+) -> tuple[list[Any], list[bool]]:
+    """Run the script ``sha`` once per ``(keys, args)`` in one pipeline: each
+    reply (or the error answered for that call alone), and for each whether
+    ``wait_replicas`` replicas acknowledged it (always, when 0).
+
+    With ``wait_replicas``, a ``WAIT`` per node follows that node's scripts
+    in the same pipeline: redis-py sends a node's commands on one connection,
+    in order, and WAIT counts the writes of its own connection.
+    """
+    cluster = client if isinstance(client, RedisCluster) else None
+    nodes: list[Any] = []  # per call, its node (a cluster) or None
+    with client.pipeline(transaction=False) as pipe:
+        for keys, args in calls:
+            if cluster is None:
+                nodes.append(None)
+                pipe.evalsha(sha, len(keys), *keys, *args)
+                continue
+            # Routed by our slot map: redis-py's cluster pipeline blocks its
+            # evalsha and would ask the server for each command's keys
+            # (COMMAND GETKEYS, a round trip per command).
+            node = cluster.get_node_from_key(keys[0])  # type: ignore[no-untyped-call]
+            nodes.append(node)
+            pipe.execute_command("EVALSHA", sha, len(keys), *keys, *args, target_nodes=node)
+        waits = list({id(node): node for node in nodes}.values()) if wait_replicas else []
+        for node in waits:
+            routed = {} if node is None else {"target_nodes": node}
+            pipe.execute_command("WAIT", wait_replicas, wait_ms, **routed)
+        replies = list(pipe.execute(raise_on_error=False))
+    acked = {
+        id(node): not isinstance(reply, Exception) and int(reply) >= wait_replicas
+        for node, reply in zip(waits, replies[len(calls) :], strict=True)
+    }
+    return replies[: len(calls)], [acked.get(id(node), True) for node in nodes]

@@ -40,7 +40,6 @@ from supervisor._extras import MissingExtraError
 try:
     import redis
     import redis.exceptions
-    from redis.cluster import RedisCluster
     from redis.exceptions import NoScriptError
 except ModuleNotFoundError:
     raise MissingExtraError("redis", "supervisor.redis_store") from None
@@ -310,7 +309,7 @@ class RedisStore:
             raise ValueError("max_connections must be >= 1")
         self._log = LogLimiter(logger, log_interval_s)
         self._pool: redis.BlockingConnectionPool | None = None
-        self._client: redis.Redis | RedisCluster
+        self._client: redis.Redis | _redis_cluster.RedisCluster
         if _redis_cluster.is_cluster_url(url):
             self.where = _redis_cluster.where(url)
             with self._reachable():
@@ -468,40 +467,19 @@ class RedisStore:
     def _send(
         self, script: Any, calls: list[tuple[list[str], list[Any]]], *, durable: bool = False
     ) -> list[Any]:
-        """One pipeline; ``durable`` with `durability_replicas`: a WAIT per node
-        after its scripts, and each applied script (reply 1) whose node's
-        replicas did not all acknowledge answered `StoreUnavailableError`."""
-        cluster = self._client if isinstance(self._client, RedisCluster) else None
-        nodes: list[Any] = []  # per call, its node (a cluster) or None
-        with self._client.pipeline(transaction=False) as pipe:
-            for keys, args in calls:
-                if cluster is None:
-                    nodes.append(None)
-                    pipe.evalsha(script.sha, len(keys), *keys, *args)
-                    continue
-                # Routed by our slot map: redis-py's cluster pipeline blocks
-                # its evalsha and would ask the server for each command's
-                # keys (COMMAND GETKEYS, a round trip per command).
-                node = cluster.get_node_from_key(keys[0])  # type: ignore[no-untyped-call]
-                nodes.append(node)
-                pipe.execute_command(
-                    "EVALSHA", script.sha, len(keys), *keys, *args, target_nodes=node
-                )
-            waits = list({id(n): n for n in nodes}.values()) if durable else []
-            if self.durability_replicas:
-                for node in waits:
-                    routed = {} if node is None else {"target_nodes": node}
-                    pipe.execute_command("WAIT", self.durability_replicas, self._wait_ms, **routed)
-            replies = [self._reply(reply) for reply in pipe.execute(raise_on_error=False)]
-        if not self.durability_replicas or not waits:
-            return replies
-        acked = {
-            id(node): not isinstance(reply, Exception) and int(reply) >= self.durability_replicas
-            for node, reply in zip(waits, replies[len(calls) :], strict=True)
-        }
+        """One pipeline (`_redis_cluster.send_scripts`); ``durable`` with
+        `durability_replicas`: an applied script (reply 1) whose replicas did
+        not all acknowledge it is answered `StoreUnavailableError`."""
+        replies, acknowledged = _redis_cluster.send_scripts(
+            self._client,
+            script.sha,
+            calls,
+            wait_replicas=self.durability_replicas if durable else 0,
+            wait_ms=self._wait_ms,
+        )
         return [
-            reply if reply != 1 or acked[id(node)] else self._unreplicated()
-            for node, reply in zip(nodes, replies[: len(calls)], strict=True)
+            self._unreplicated() if reply == 1 and not acked else self._reply(reply)
+            for reply, acked in zip(replies, acknowledged, strict=True)
         ]
 
     def _commit_args(self, commit: Commit) -> list[Any]:

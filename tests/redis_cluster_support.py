@@ -9,29 +9,16 @@ redis-server package), failed instead under ``DUPLEX_REQUIRE_REDIS=1`` as
 
 from __future__ import annotations
 
-import os
-import shutil
 import signal
 import socket
 import subprocess
 import time
 from pathlib import Path
 
-import pytest
-
-from tests.redis_support import HOW_TO_RUN, free_port, redis_binary
+from tests.redis_support import free_port, redis_binary
 
 #: Small, so that a killed primary's replica is promoted within seconds.
 NODE_TIMEOUT_MS = 1000
-
-
-def redis_cli_binary() -> str:
-    binary = shutil.which("redis-cli")
-    if binary is None:
-        if os.environ.get("DUPLEX_REQUIRE_REDIS") == "1":
-            pytest.fail(HOW_TO_RUN)
-        pytest.skip(HOW_TO_RUN)
-    return binary
 
 
 def _cli(cli: str, port: int, *words: str) -> str:
@@ -64,7 +51,7 @@ class LocalCluster:
 
     def __init__(self, directory: Path) -> None:
         self.server = redis_binary()
-        self.cli = redis_cli_binary()
+        self.cli = redis_binary("redis-cli")
         self.directory = directory
         self.ports: list[int] = []
         for _ in range(6):

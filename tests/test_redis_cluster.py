@@ -31,9 +31,24 @@ SESSIONS = 30
 LIMIT = 60.0
 
 
-def on_cluster(cluster: LocalCluster) -> RedisStore:
-    """A store on the shared cluster under a prefix of its own (tests share the cluster)."""
-    return RedisStore(cluster.url, prefix=f"t{uuid.uuid4().hex[:8]}:", timeout_s=10)
+def on_cluster(
+    cluster: LocalCluster, *, timeout_s: float = 10.0, durability_replicas: int = 0
+) -> RedisStore:
+    """A store on ``cluster`` under a prefix of its own (tests share a cluster)."""
+    return RedisStore(
+        cluster.url,
+        prefix=f"t{uuid.uuid4().hex[:8]}:",
+        timeout_s=timeout_s,
+        durability_replicas=durability_replicas,
+    )
+
+
+def created(store: RedisStore, name: str) -> list[str]:
+    """`SESSIONS` sessions created in ``store``: ``<name>0``, ``<name>1``, ..."""
+    ids = [f"{name}{n}" for n in range(SESSIONS)]
+    for sid in ids:
+        store.create(sid, record())
+    return ids
 
 
 def primaries_of(cluster: LocalCluster, store: RedisStore, session_ids: Sequence[str]) -> set[int]:
@@ -68,9 +83,7 @@ def test_sessions_on_every_primary_commit_in_one_pipelined_call(
     redis_cluster: LocalCluster,
 ) -> None:
     store = on_cluster(redis_cluster)
-    ids = [f"s{n}" for n in range(SESSIONS)]
-    for sid in ids:
-        store.create(sid, record())
+    ids = created(store, "s")
     assert len(primaries_of(redis_cluster, store, ids)) == 3
     commits = [Commit(session_id=sid, epoch=1, record=None, appends=events(1, 2)) for sid in ids]
     commits[7] = Commit(session_id=ids[7], epoch=2, record=None, appends=events(1, 2))
@@ -101,9 +114,7 @@ def test_sessions_on_every_primary_commit_in_one_pipelined_call(
 
 def test_renew_many_renews_leases_on_every_node(redis_cluster: LocalCluster) -> None:
     store = on_cluster(redis_cluster)
-    ids = [f"r{n}" for n in range(SESSIONS)]
-    for sid in ids:
-        store.create(sid, record())
+    ids = created(store, "r")
     assert len(primaries_of(redis_cluster, store, ids)) == 3
     leases = [(sid, 1) for sid in ids] + [(ids[0], 5), ("nobody", 1)]
     assert store.renew_many(leases) == [True] * SESSIONS + [False, False]
@@ -113,9 +124,7 @@ def test_renew_many_renews_leases_on_every_node(redis_cluster: LocalCluster) -> 
 def test_a_primary_that_lost_the_scripts_gets_them_again(redis_cluster: LocalCluster) -> None:
     """A promoted replica may not hold the scripts its old primary had."""
     store = on_cluster(redis_cluster)
-    ids = [f"f{n}" for n in range(SESSIONS)]
-    for sid in ids:
-        store.create(sid, record())
+    ids = created(store, "f")
     for port in redis_cluster.ports:
         redis.Redis(host="127.0.0.1", port=port).script_flush()
     commits = [Commit(session_id=sid, epoch=1, record=None, appends=events(1, 1)) for sid in ids]

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from supervisor._threads import ThreadSessionRegistry
 from supervisor.redis_store import RedisStore
 from tests.redis_cluster_support import LocalCluster
 from tests.redis_support import RedisServer
+from tests.test_redis_cluster import created, on_cluster
 from tests.test_redis_store import events, record
 from tests.test_redis_takeover import Transport, registry
 
@@ -68,21 +68,11 @@ def test_a_durable_commit_without_its_replica_is_unavailable(redis_server: Redis
 
 
 def test_durable_commits_wait_for_each_primarys_replica(redis_cluster: LocalCluster) -> None:
-    store = RedisStore(
-        redis_cluster.url,
-        prefix=f"t{uuid.uuid4().hex[:8]}:",
-        timeout_s=0.6,
-        durability_replicas=1,
-    )
-    ids = [f"d{n}" for n in range(SESSIONS)]
-    for sid in ids:
-        store.create(sid, record())
-    assert (
-        store.commit_many(
-            [Commit(session_id=sid, epoch=1, record=None, appends=events(1, 1)) for sid in ids]
-        )
-        == [None] * SESSIONS
-    )
+    store = on_cluster(redis_cluster, timeout_s=0.6, durability_replicas=1)
+    ids = created(store, "d")
+    assert store.commit_many(
+        [Commit(session_id=sid, epoch=1, record=None, appends=events(1, 1)) for sid in ids]
+    ) == [None] * len(ids)
     primary = redis_cluster.primary_of(key_of(store, ids[0]))
     on_primary = {sid for sid in ids if redis_cluster.primary_of(key_of(store, sid)) == primary}
     (replica,) = redis_cluster.replicas_of(primary)
@@ -150,12 +140,7 @@ class Clients:
 def test_a_primary_killed_while_sessions_stream_fails_over_and_loses_no_sent_event(
     own_cluster: LocalCluster,
 ) -> None:
-    store = RedisStore(
-        own_cluster.url,
-        prefix=f"t{uuid.uuid4().hex[:8]}:",
-        timeout_s=1.0,
-        durability_replicas=1,
-    )
+    store = on_cluster(own_cluster, timeout_s=1.0, durability_replicas=1)
     ids = [f"k{n}" for n in range(SESSIONS)]
     with registry(store) as reg:
         clients = Clients(reg, ids)
