@@ -126,7 +126,8 @@ def test_a_primary_that_lost_the_scripts_gets_them_again(redis_cluster: LocalClu
     store = on_cluster(redis_cluster)
     ids = created(store, "f")
     for port in redis_cluster.ports:
-        redis.Redis(host="127.0.0.1", port=port).script_flush()
+        with redis.Redis(host="127.0.0.1", port=port) as node:
+            node.script_flush()
     commits = [Commit(session_id=sid, epoch=1, record=None, appends=events(1, 1)) for sid in ids]
     assert store.commit_many(commits) == [None] * SESSIONS
     assert store.renew_many([(sid, 1) for sid in ids]) == [True] * SESSIONS

@@ -45,7 +45,8 @@ def own_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
         # A primary without a live replica refuses writes up front (NOREPLICAS)
         # instead of applying a commit that WAIT then reports unreplicated.
         for port in cluster.ports:
-            redis.Redis(host="127.0.0.1", port=port).config_set("min-replicas-to-write", 1)
+            with redis.Redis(host="127.0.0.1", port=port) as node:
+                node.config_set("min-replicas-to-write", 1)
         yield cluster
     finally:
         cluster.stop()
