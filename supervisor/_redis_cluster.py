@@ -22,6 +22,7 @@ for a single Redis that cannot be reached.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 from urllib.parse import unquote
 
@@ -34,6 +35,7 @@ __all__ = [
     "RedisCluster",
     "cluster_client",
     "is_cluster_url",
+    "load_script",
     "refused_for_replicas",
     "send_scripts",
     "where",
@@ -116,6 +118,18 @@ def cluster_client(url: str, *, max_connections: int, timeout_s: float) -> Redis
     )
 
 
+def load_script(client: redis.Redis | RedisCluster, script: str) -> None:
+    """SCRIPT LOAD on Redis, or on each primary of a cluster that answers (a
+    primary that is down gets it at its replica's first NOSCRIPT, after its
+    promotion)."""
+    if not isinstance(client, RedisCluster):
+        client.script_load(script)
+        return
+    for node in client.get_primaries():  # type: ignore[no-untyped-call]
+        with contextlib.suppress(*UNREACHABLE):
+            client.execute_command("SCRIPT LOAD", script, target_nodes=node)  # type: ignore[no-untyped-call]
+
+
 def send_scripts(
     client: redis.Redis | RedisCluster,
     sha: str,
@@ -127,6 +141,51 @@ def send_scripts(
     """Run the script ``sha`` once per ``(keys, args)`` in one pipeline: each
     reply (or the error answered for that call alone), and for each whether
     ``wait_replicas`` replicas acknowledged it (always, when 0).
+
+    On a cluster, a node that cannot be connected to makes redis-py's
+    pipeline raise for every node's calls, before it wrote anything (it takes
+    a connection to each node first): then each node's calls are sent again
+    alone, so only the calls of the node that is down fail (the sessions on
+    the other primaries do not notice its failover).
+    """
+    if not isinstance(client, RedisCluster) or len(calls) < 2:
+        return _send_once(client, sha, calls, wait_replicas=wait_replicas, wait_ms=wait_ms)
+    try:
+        return _send_once(client, sha, calls, wait_replicas=wait_replicas, wait_ms=wait_ms)
+    except UNREACHABLE:
+        by_node: dict[str, list[int]] = {}
+        for i, (keys, _) in enumerate(calls):
+            node = client.get_node_from_key(keys[0])  # type: ignore[no-untyped-call]
+            by_node.setdefault(node.name, []).append(i)
+        if len(by_node) < 2:
+            raise
+    replies: list[Any] = [None] * len(calls)
+    acknowledged = [False] * len(calls)
+    for indexes in by_node.values():
+        try:
+            node_replies, node_acked = _send_once(
+                client,
+                sha,
+                [calls[i] for i in indexes],
+                wait_replicas=wait_replicas,
+                wait_ms=wait_ms,
+            )
+        except UNREACHABLE as exc:
+            node_replies, node_acked = [exc] * len(indexes), [False] * len(indexes)
+        for i, reply, acked in zip(indexes, node_replies, node_acked, strict=True):
+            replies[i], acknowledged[i] = reply, acked
+    return replies, acknowledged
+
+
+def _send_once(
+    client: redis.Redis | RedisCluster,
+    sha: str,
+    calls: list[tuple[list[str], list[Any]]],
+    *,
+    wait_replicas: int,
+    wait_ms: int,
+) -> tuple[list[Any], list[bool]]:
+    """`send_scripts` in one pipeline.
 
     With ``wait_replicas``, a ``WAIT`` per node follows that node's scripts
     in the same pipeline: redis-py sends a node's commands on one connection,

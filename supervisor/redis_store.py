@@ -455,7 +455,7 @@ class RedisStore:
         replies = self._send(script, calls, durable=durable)
         missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
         if missing:
-            self._client.script_load(script.script)
+            _redis_cluster.load_script(self._client, script.script)
             for i, reply in zip(
                 missing,
                 self._send(script, [calls[i] for i in missing], durable=durable),

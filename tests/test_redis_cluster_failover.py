@@ -89,6 +89,23 @@ def test_durable_commits_wait_for_each_primarys_replica(redis_cluster: LocalClus
     store.close()
 
 
+def test_a_batch_across_nodes_fails_only_on_the_node_that_is_down(
+    own_cluster: LocalCluster,
+) -> None:
+    store = on_cluster(own_cluster, timeout_s=1.0)
+    ids = created(store, "b")
+    victim = own_cluster.primary_of(key_of(store, ids[0]))
+    on_victim = {sid for sid in ids if own_cluster.primary_of(key_of(store, sid)) == victim}
+    own_cluster.kill(victim)
+    outcomes = store.commit_many(
+        [Commit(session_id=sid, epoch=1, record=None, appends=events(1, 1)) for sid in ids]
+    )
+    assert {sid for sid, o in zip(ids, outcomes, strict=True) if o is not None} <= on_victim
+    # Unless the replica was promoted already (the cluster is quick, the test slow).
+    assert all(isinstance(o, StoreUnavailableError) for o in outcomes if o is not None)
+    store.close()
+
+
 class Clients:
     """One client per session on one registry: sends, counts what failed,
     resumes a session its owner lost (a commit applied whose answer was lost
