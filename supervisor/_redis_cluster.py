@@ -148,11 +148,12 @@ def send_scripts(
     alone, so only the calls of the node that is down fail (the sessions on
     the other primaries do not notice its failover).
     """
-    if not isinstance(client, RedisCluster) or len(calls) < 2:
-        return _send_once(client, sha, calls, wait_replicas=wait_replicas, wait_ms=wait_ms)
+    wait = (wait_replicas, wait_ms)
     try:
-        return _send_once(client, sha, calls, wait_replicas=wait_replicas, wait_ms=wait_ms)
+        return _send_once(client, sha, calls, wait)
     except UNREACHABLE:
+        if not isinstance(client, RedisCluster):
+            raise
         by_node: dict[str, list[int]] = {}
         for i, (keys, _) in enumerate(calls):
             node = client.get_node_from_key(keys[0])  # type: ignore[no-untyped-call]
@@ -163,13 +164,7 @@ def send_scripts(
     acknowledged = [False] * len(calls)
     for indexes in by_node.values():
         try:
-            node_replies, node_acked = _send_once(
-                client,
-                sha,
-                [calls[i] for i in indexes],
-                wait_replicas=wait_replicas,
-                wait_ms=wait_ms,
-            )
+            node_replies, node_acked = _send_once(client, sha, [calls[i] for i in indexes], wait)
         except UNREACHABLE as exc:
             node_replies, node_acked = [exc] * len(indexes), [False] * len(indexes)
         for i, reply, acked in zip(indexes, node_replies, node_acked, strict=True):
@@ -178,19 +173,15 @@ def send_scripts(
 
 
 def _send_once(
-    client: redis.Redis | RedisCluster,
-    sha: str,
-    calls: list[tuple[list[str], list[Any]]],
-    *,
-    wait_replicas: int,
-    wait_ms: int,
+    client: redis.Redis | RedisCluster, sha: str, calls: list[Any], wait: tuple[int, int]
 ) -> tuple[list[Any], list[bool]]:
-    """`send_scripts` in one pipeline.
+    """`send_scripts` in one pipeline; ``wait`` is ``(wait_replicas, wait_ms)``.
 
     With ``wait_replicas``, a ``WAIT`` per node follows that node's scripts
     in the same pipeline: redis-py sends a node's commands on one connection,
     in order, and WAIT counts the writes of its own connection.
     """
+    wait_replicas, wait_ms = wait
     cluster = client if isinstance(client, RedisCluster) else None
     nodes: list[Any] = []  # per call, its node (a cluster) or None
     with client.pipeline(transaction=False) as pipe:
