@@ -490,14 +490,16 @@ def _engine(args: argparse.Namespace) -> Engine:
     return engine
 
 
-def _registry_options(config: GatewayConfig, redis_url: str | None) -> RegistryOptions | None:
+def _registry_options(
+    config: GatewayConfig, redis_url: str | None, *, durability_replicas: int = 0
+) -> RegistryOptions | None:
     """With ``--redis``: the gateway's registry options plus a RedisStore."""
     if redis_url is None:
         return None
     require("redis", "--redis")
     from supervisor.redis_store import RedisStore  # noqa: PLC0415 - only --redis needs redis-py
 
-    store = RedisStore(redis_url)
+    store = RedisStore(redis_url, durability_replicas=durability_replicas)
     store.ping()  # unreachable: a clear error now, not at the first session
     return RegistryOptions(
         replay_ttl_s=config.replay_ttl_s,
@@ -537,7 +539,9 @@ def _serve_here(args: argparse.Namespace, fds: WorkerFds | None) -> int:
 
     options = ServeOptions(
         config=config,
-        registry_options=_registry_options(config, args.redis),
+        registry_options=_registry_options(
+            config, args.redis, durability_replicas=args.redis_durability
+        ),
         engine=_engine(args),
         authenticate=authenticate,
         stats_interval_s=args.stats_interval,

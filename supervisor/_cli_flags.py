@@ -206,6 +206,14 @@ def _seconds_or_none(*, zero: bool) -> Callable[[str], float | None]:
     return parse
 
 
+def _durability(text: str) -> int:
+    """``replicas=K`` (K >= 0): the replicas each Redis commit waits for."""
+    name, _, count = text.partition("=")
+    if name != "replicas" or not count.isdigit():
+        raise argparse.ArgumentTypeError(f"expected replicas=K (K >= 0), not {text!r}")
+    return int(count)
+
+
 def _non_negative(text: str) -> float:
     value = _number(float, text, "a number")
     if not value >= 0:  # NaN too
@@ -300,6 +308,28 @@ def _add_chaos_flags(parser: argparse.ArgumentParser, *, clients: int, duration:
         "--json",
         action="store_true",
         help="print one JSON object (figures under 'totals') on stdout instead of a table",
+    )
+
+
+def _add_redis_flags(net: argparse._ArgumentGroup) -> None:
+    net.add_argument(
+        "--redis",
+        metavar="URL",
+        help="keep sessions in Redis (redis://host:port/db, or "
+        "redis+cluster://host:port,host:port,... for a Redis Cluster): a client may resume "
+        "on any process serving with the same URL; 'local': start a private redis-server "
+        "from PATH on a free loopback port and stop it on exit (default: this process's "
+        "memory only)",
+    )
+    net.add_argument(
+        "--redis-durability",
+        type=_durability,
+        default=0,
+        metavar="replicas=K",
+        help="with --redis: each commit also waits until K replicas of its primary "
+        "acknowledged it (WAIT), so a promoted replica holds every event a client was "
+        "sent; a commit they do not acknowledge is answered 'store unavailable' "
+        "(default replicas=0: no wait)",
     )
 
 
@@ -591,14 +621,8 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _add_store_and_worker_flags(
     serve: argparse.ArgumentParser, net: argparse._ArgumentGroup
 ) -> None:
-    """``serve --redis`` and ``--workers N``."""
-    net.add_argument(
-        "--redis",
-        metavar="URL",
-        help="keep sessions in Redis (redis://host:port/db): a client may resume on any "
-        "process serving with the same URL; 'local': start a private redis-server from PATH "
-        "on a free loopback port and stop it on exit (default: this process's memory only)",
-    )
+    """``serve --redis``, ``--redis-durability`` and ``--workers N``."""
+    _add_redis_flags(net)
     net.add_argument(
         "--workers",
         type=_positive(int),

@@ -28,7 +28,9 @@ redelivered input answered twice is journaled once, and a late worker never
 writes into a session that moved on.
 
 The scripts name keys they compute (the owner's stream), so the bus runs on
-one Redis (or Valkey) node, not a cluster.
+one Redis (or Valkey) node, not a cluster: a ``redis+cluster://`` URL is
+refused (`ValueError`). The session store may be on a cluster while the bus is
+on a Redis of its own.
 """
 
 from __future__ import annotations
@@ -216,6 +218,11 @@ class RedisEngineBus:
             raise StoreUnavailableError("redis-py is not installed")
         if visibility_s <= 0:
             raise ValueError("visibility_s must be > 0")
+        if url.partition("://")[0].lower().endswith("+cluster"):
+            raise ValueError(
+                "the engine bus runs on one Redis node, not a Redis Cluster: give it a "
+                "redis:// URL (the session store may still be on the cluster)"
+            )
         self.where = url.rsplit("@", 1)[-1]  # never the password
         self.visibility_s = visibility_s
         self._visibility_ms = int(visibility_s * 1000)

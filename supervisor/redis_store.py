@@ -52,6 +52,7 @@ from actors._errors import (
     TokenConflictError,
 )
 from actors._store import DEFAULT_LEASE_S, Commit, SessionRecord, StoredEvent, StoredSession
+from supervisor import _redis_cluster
 from supervisor._log_limit import LogLimiter
 
 __all__ = ["DEFAULT_KEY_TTL_S", "RedisStore"]
@@ -264,8 +265,11 @@ def _script_events(raw: list[list[Any]]) -> tuple[StoredEvent, ...]:
 class RedisStore:
     """A `SessionStore` on one Redis (see the module).
 
-    ``url`` is a redis-py URL (``redis://host:port/db``); it may hold a
-    password, so errors name only the host and port. At most
+    ``url`` is a redis-py URL (``redis://host:port/db``), or
+    ``redis+cluster://host:port[,host:port...]`` for a Redis Cluster
+    (`supervisor._redis_cluster`: redis-py's cluster client, at most
+    ``max_connections`` per node); it may hold a
+    password, so errors name only the hosts and ports. At most
     ``max_connections`` connections, shared by every thread of the process
     that calls it (a registry calls it from its committer's thread, never
     its loop: `supervisor._committer`; a write borrows one for its round
@@ -274,6 +278,15 @@ class RedisStore:
     While Redis is unreachable every failed call raises, but the warning is
     logged at most once per ``log_interval_s`` (the lines held back are
     counted into the next one): an outage is not a log storm.
+
+    ``durability_replicas`` K > 0: each commit is also acknowledged by K
+    replicas of its primary (``WAIT K``, in the same pipeline, on the same
+    connection, after the commits), so a replica promoted after its primary
+    died holds every event a client was sent. A commit Redis applied but
+    fewer than K replicas acknowledged (within half of ``timeout_s``) is
+    answered `StoreUnavailableError`, as a write whose answer was lost: the
+    session does not send its events; the store may hold them, and a resume
+    replays them.
     """
 
     def __init__(
@@ -286,28 +299,42 @@ class RedisStore:
         timeout_s: float = 2.0,
         max_connections: int = 32,
         log_interval_s: float = 10.0,
+        durability_replicas: int = 0,
     ) -> None:
+        if durability_replicas < 0:
+            raise ValueError("durability_replicas must be >= 0")
         if lease_s <= 0 or key_ttl_s < lease_s:
             raise ValueError("lease_s must be positive and key_ttl_s at least lease_s")
         if max_connections < 1:
             raise ValueError("max_connections must be >= 1")
-        # Blocking: each caller (a registry's committer, the gateway's worker
-        # threads) borrows a connection per write; past max_connections a
-        # thread waits its turn (up to timeout_s)
-        # instead of failing, as redis-py's default pool (100) would.
-        pool = redis.BlockingConnectionPool.from_url(
-            url,
-            max_connections=max_connections,
-            timeout=timeout_s,
-            socket_timeout=timeout_s,
-            socket_connect_timeout=timeout_s,
-        )
-        self._pool = pool
         self._log = LogLimiter(logger, log_interval_s)
-        self._client = redis.Redis(connection_pool=pool)
-        kwargs = self._client.connection_pool.connection_kwargs
-        self.where = f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
+        self._pool: redis.BlockingConnectionPool | None = None
+        self._client: redis.Redis | _redis_cluster.RedisCluster
+        if _redis_cluster.is_cluster_url(url):
+            self.where = _redis_cluster.where(url)
+            with self._reachable():
+                self._client = _redis_cluster.cluster_client(
+                    url, max_connections=max_connections, timeout_s=timeout_s
+                )
+        else:
+            # Blocking: each caller (a registry's committer, the gateway's worker
+            # threads) borrows a connection per write; past max_connections a
+            # thread waits its turn (up to timeout_s)
+            # instead of failing, as redis-py's default pool (100) would.
+            self._pool = redis.BlockingConnectionPool.from_url(
+                url,
+                max_connections=max_connections,
+                timeout=timeout_s,
+                socket_timeout=timeout_s,
+                socket_connect_timeout=timeout_s,
+            )
+            self._client = redis.Redis(connection_pool=self._pool)
+            kwargs = self._pool.connection_kwargs
+            self.where = f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
         self.prefix = prefix
+        self.durability_replicas = durability_replicas
+        # WAIT's own timeout, under the socket's (which would drop the connection).
+        self._wait_ms = max(1, int(timeout_s * 500))
         self.lease_s = lease_s
         self._lease_ms = max(1, int(lease_s * 1000))
         self._ttl_ms = max(1, int(key_ttl_s * 1000))
@@ -340,11 +367,40 @@ class RedisStore:
 
     @contextlib.contextmanager
     def _reachable(self) -> Iterator[None]:
-        """Redis unreachable or timing out, as `StoreUnavailableError`."""
+        """Redis unreachable or timing out (a cluster: also failing over), as
+        `StoreUnavailableError`."""
         try:
             yield
-        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+        except _redis_cluster.UNREACHABLE as exc:
             raise self._unavailable(exc) from None
+        except redis.exceptions.ResponseError as exc:
+            if _redis_cluster.refused_for_replicas(exc):
+                raise self._unavailable(exc) from None
+            raise
+
+    def _unreplicated(self) -> StoreUnavailableError:
+        self._log.log(
+            logging.WARNING,
+            "unreplicated",
+            "session store: Redis at %s: a commit not acknowledged by %d replicas",
+            self.where,
+            self.durability_replicas,
+            now=time.monotonic(),
+        )
+        return StoreUnavailableError(
+            f"Redis at {self.where}: fewer than {self.durability_replicas} replicas "
+            "acknowledged the commit"
+        )
+
+    def _reply(self, reply: Any) -> Any:
+        """One pipelined reply; one that says its node cannot serve it (a
+        cluster pipeline answers these per command) or that its primary lacks the
+        replicas it requires (NOREPLICAS), as `StoreUnavailableError`."""
+        if isinstance(reply, _redis_cluster.UNREACHABLE) or (
+            isinstance(reply, BaseException) and _redis_cluster.refused_for_replicas(reply)
+        ):
+            return self._unavailable(reply)
+        return reply
 
     def _run(self, script: Any, keys: list[str], args: list[Any]) -> Any:
         with self._reachable():
@@ -361,8 +417,7 @@ class RedisStore:
         return 1
 
     def commit(self, commit: Commit) -> None:
-        outcome = self._run(self._commit, self._keys(commit.session_id), self._commit_args(commit))
-        refusal = _commit_refusal(outcome, commit.session_id)
+        refusal = self.commit_many([commit])[0]  # its WAIT, if any, on its connection
         if refusal is not None:
             raise refusal
 
@@ -378,13 +433,15 @@ class RedisStore:
         """
         calls = [(self._keys(c.session_id), self._commit_args(c)) for c in commits]
         with self._reachable():
-            outcomes = self._pipelined(self._commit, calls)
+            outcomes = self._pipelined(self._commit, calls, durable=True)
         return [
             outcome if isinstance(outcome, Exception) else _commit_refusal(outcome, c.session_id)
             for c, outcome in zip(commits, outcomes, strict=True)
         ]
 
-    def _pipelined(self, script: Any, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
+    def _pipelined(
+        self, script: Any, calls: list[tuple[list[str], list[Any]]], *, durable: bool = False
+    ) -> list[Any]:
         """Run ``script`` once per ``(keys, args)`` in one round trip; each reply,
         or the error Redis answered for that call alone.
 
@@ -395,21 +452,35 @@ class RedisStore:
         """
         if not calls:
             return []
-        replies = self._send(script, calls)
+        replies = self._send(script, calls, durable=durable)
         missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
         if missing:
-            self._client.script_load(script.script)
+            _redis_cluster.load_script(self._client, script.script)
             for i, reply in zip(
-                missing, self._send(script, [calls[i] for i in missing]), strict=True
+                missing,
+                self._send(script, [calls[i] for i in missing], durable=durable),
+                strict=True,
             ):
                 replies[i] = reply
         return replies
 
-    def _send(self, script: Any, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
-        with self._client.pipeline(transaction=False) as pipe:
-            for keys, args in calls:
-                pipe.evalsha(script.sha, len(keys), *keys, *args)
-            return list(pipe.execute(raise_on_error=False))
+    def _send(
+        self, script: Any, calls: list[tuple[list[str], list[Any]]], *, durable: bool = False
+    ) -> list[Any]:
+        """One pipeline (`_redis_cluster.send_scripts`); ``durable`` with
+        `durability_replicas`: an applied script (reply 1) whose replicas did
+        not all acknowledge it is answered `StoreUnavailableError`."""
+        replies, acknowledged = _redis_cluster.send_scripts(
+            self._client,
+            script.sha,
+            calls,
+            wait_replicas=self.durability_replicas if durable else 0,
+            wait_ms=self._wait_ms,
+        )
+        return [
+            self._unreplicated() if reply == 1 and not acked else self._reply(reply)
+            for reply, acked in zip(replies, acknowledged, strict=True)
+        ]
 
     def _commit_args(self, commit: Commit) -> list[Any]:
         fields = _fields(commit.record) if commit.record is not None else []
@@ -445,7 +516,11 @@ class RedisStore:
             session_id=session_id,
             epoch=int(raw_fields[b"epoch"]),
             record=_record(raw_fields),
-            events=_events(raw_events),
+            # redis-py's cluster transaction leaves XRANGE's reply as Redis
+            # sent it (a script's shape); its single-node pipeline parses it.
+            events=_script_events(raw_events)
+            if raw_events and isinstance(raw_events[0][1], list)
+            else _events(raw_events),
         )
 
     def acquire(self, session_id: str, expect_token_digest: bytes) -> StoredSession | None:
@@ -528,4 +603,5 @@ class RedisStore:
 
     def close(self) -> None:
         self._client.close()
-        self._pool.disconnect()  # a pool given to redis.Redis is not closed with it
+        if self._pool is not None:
+            self._pool.disconnect()  # a pool given to redis.Redis is not closed with it

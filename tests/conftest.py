@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from supervisor.testing import FakeClock, Wire
+from tests.redis_cluster_support import LocalCluster
 from tests.redis_support import RedisServer, running_server
 
 
@@ -33,3 +34,15 @@ def wire(duplex_wire: Wire) -> Wire:
 def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
     """A fresh redis-server of this test's own (see tests/redis_support.py)."""
     yield from running_server(tmp_path)
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """One local Redis Cluster (3 primaries, 3 replicas) for the whole run:
+    tests on it keep apart by key prefix (see tests/redis_cluster_support.py)."""
+    cluster = LocalCluster(tmp_path_factory.mktemp("redis-cluster"))
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()

@@ -25,9 +25,10 @@ HOW_TO_RUN = (
 )
 
 
-def redis_binary() -> str:
-    """The redis-server path, or skip (fail under DUPLEX_REQUIRE_REDIS=1)."""
-    binary = shutil.which("redis-server")
+def redis_binary(name: str = "redis-server") -> str:
+    """The path of ``name`` (redis-server; redis-cli comes in Debian's package
+    too), or skip (fail under DUPLEX_REQUIRE_REDIS=1)."""
+    binary = shutil.which(name)
     if binary is None:
         if os.environ.get("DUPLEX_REQUIRE_REDIS") == "1":
             pytest.fail(HOW_TO_RUN)

@@ -1,4 +1,5 @@
-"""``serve --redis URL``: gateway processes sharing one real redis-server.
+"""``serve --redis URL``: gateway processes sharing one real redis-server (or the
+local Redis Cluster, with ``--redis-durability replicas=1``).
 
 A client whose process was killed (SIGKILL) resumes on another process and
 gets every event journaled after the last one it saw, in order, once; that
@@ -11,10 +12,12 @@ import signal
 import subprocess
 import sys
 
+import pytest
 import trio
 
 from supervisor.gateway._wire_client import WireClient
 from tests.gateway_support import LIMIT, read_until
+from tests.redis_cluster_support import LocalCluster
 from tests.redis_support import RedisServer, free_port
 from tests.test_cli import _env, _serve_process
 
@@ -37,10 +40,32 @@ def test_serve_with_an_unreachable_redis_exits_2_with_a_message() -> None:
     assert "hunter2secret" not in result.stderr
 
 
-async def test_a_client_of_a_killed_process_resumes_on_another(
-    redis_server: RedisServer,
-) -> None:
-    serve = [*MODULE, "serve", "--port", "0", "--event-rate", "200", "--redis", redis_server.url]
+def test_serve_refuses_a_redis_durability_that_is_not_replicas_k() -> None:
+    result = subprocess.run(  # noqa: S603 - our own command line
+        [*MODULE, "serve", "--port", "0", "--redis-durability", "2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=_env(),
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "expected replicas=K" in result.stderr
+
+
+@pytest.fixture(params=["redis", "cluster"])
+def store_flags(request: pytest.FixtureRequest) -> list[str]:
+    """``--redis`` on one redis-server, or on the local Redis Cluster with each
+    commit acknowledged by a replica."""
+    if request.param == "cluster":
+        cluster: LocalCluster = request.getfixturevalue("redis_cluster")
+        return ["--redis", cluster.url, "--redis-durability", "replicas=1"]
+    server: RedisServer = request.getfixturevalue("redis_server")
+    return ["--redis", server.url]
+
+
+async def test_a_client_of_a_killed_process_resumes_on_another(store_flags: list[str]) -> None:
+    serve = [*MODULE, "serve", "--port", "0", "--event-rate", "200", *store_flags]
     with trio.fail_after(LIMIT * 2):
         async with _serve_process(serve) as first, _serve_process(serve) as second:
             client = await WireClient.connect(first.url)

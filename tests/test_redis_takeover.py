@@ -11,6 +11,7 @@ and it closes its transport with ``replaced``.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -31,6 +32,7 @@ from supervisor.gateway import EngineSession
 from supervisor.gateway._sessions import EngineWork
 from supervisor.redis_store import RedisStore
 from supervisor.testing import FakeClock
+from tests.redis_cluster_support import LocalCluster
 from tests.redis_support import RedisServer
 
 WAIT = 10.0
@@ -70,12 +72,23 @@ def registry(store: SessionStore, **options: object) -> ThreadSessionRegistry:
     return ThreadSessionRegistry(**values)  # type: ignore[arg-type]
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", "redis", "cluster"])
 def stores(request: pytest.FixtureRequest) -> Iterator[tuple[SessionStore, SessionStore]]:
-    """Two stores over the same data: one MemoryStore shared, or two Redis clients."""
+    """Two stores over the same data: one MemoryStore shared, or two Redis
+    clients (of one redis-server, or of the shared local Redis Cluster: under
+    a prefix of this test's own)."""
     if request.param == "memory":
         shared = MemoryStore()
         yield shared, shared
+        return
+    if request.param == "cluster":
+        cluster: LocalCluster = request.getfixturevalue("redis_cluster")
+        prefix = f"{request.node.name}:"
+        first = RedisStore(cluster.url, prefix=prefix)
+        second = RedisStore(cluster.url, prefix=prefix)
+        yield first, second
+        first.close()
+        second.close()
         return
     server: RedisServer = request.getfixturevalue("redis_server")
     first, second = RedisStore(server.url), RedisStore(server.url)
@@ -208,6 +221,11 @@ def test_a_closed_session_leaves_the_store(stores: tuple[SessionStore, SessionSt
         created = a.create("s", send=Transport().send, close=Transport().close)
         a.send_event("s", {"n": 1})
         a.close("s")
+    # The delete runs on the registry's committer thread, which may still be
+    # writing it after the registry closed (a cluster's first script load is slower).
+    deadline = time.monotonic() + WAIT
+    while stores[1].load("s") is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert stores[1].load("s") is None
     with registry(stores[1]) as b, pytest.raises(UnknownSessionError):
         b.authenticate_resume(

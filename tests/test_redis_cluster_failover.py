@@ -1,0 +1,196 @@
+"""A primary of the Redis Cluster dies: what the store's clients see.
+
+* ``durability_replicas`` K: a commit is answered only once K replicas of its
+  primary acknowledged it (WAIT, same pipeline); a replica that does not
+  answer makes the commits of that primary's sessions `StoreUnavailableError`
+  and no other session's.
+* A primary SIGKILLed while sessions stream: its replica is promoted (the
+  test cluster's ``cluster-node-timeout`` is 1 s); the sessions on its slots
+  answer `StoreUnavailableError` for the failover's time, then work again; the
+  sessions on the other primaries never notice; with ``durability_replicas=1``
+  the promoted replica holds every event a client was sent.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from actors._errors import SessionReplacedError, StoreUnavailableError, UnknownSessionError
+from actors._store import Commit
+from supervisor._threads import ThreadSessionRegistry
+from supervisor.redis_store import RedisStore
+from tests.redis_cluster_support import LocalCluster
+from tests.redis_support import RedisServer
+from tests.test_redis_cluster import created, on_cluster
+from tests.test_redis_store import events, record
+from tests.test_redis_takeover import Transport, registry
+
+SESSIONS = 18
+#: Bounds the whole failover (detection, election, clients retrying); never reached when it works.
+FAILOVER_LIMIT_S = 60.0
+
+
+@pytest.fixture
+def own_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    """A cluster of this test's own: the test kills one of its primaries."""
+    cluster = LocalCluster(tmp_path)
+    try:
+        cluster.start()
+        # A primary without a live replica refuses writes up front (NOREPLICAS)
+        # instead of applying a commit that WAIT then reports unreplicated.
+        for port in cluster.ports:
+            with redis.Redis(host="127.0.0.1", port=port) as node:
+                node.config_set("min-replicas-to-write", 1)
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def key_of(store: RedisStore, session_id: str) -> str:
+    return f"{store.prefix}{{{session_id}}}:f"
+
+
+def test_a_durable_commit_without_its_replica_is_unavailable(redis_server: RedisServer) -> None:
+    """One redis-server has no replica: WAIT 1 never reaches 1."""
+    store = RedisStore(redis_server.url, timeout_s=0.4, durability_replicas=1)
+    store.create("a", record())
+    with pytest.raises(StoreUnavailableError, match="replicas"):
+        store.commit(Commit(session_id="a", epoch=1, record=None, appends=events(1, 1)))
+    plain = RedisStore(redis_server.url)
+    plain.commit(Commit(session_id="a", epoch=1, record=None, appends=events(2, 2)))
+    store.close()
+    plain.close()
+
+
+def test_durable_commits_wait_for_each_primarys_replica(redis_cluster: LocalCluster) -> None:
+    store = on_cluster(redis_cluster, timeout_s=0.6, durability_replicas=1)
+    ids = created(store, "d")
+    assert store.commit_many(
+        [Commit(session_id=sid, epoch=1, record=None, appends=events(1, 1)) for sid in ids]
+    ) == [None] * len(ids)
+    primary = redis_cluster.primary_of(key_of(store, ids[0]))
+    on_primary = {sid for sid in ids if redis_cluster.primary_of(key_of(store, sid)) == primary}
+    (replica,) = redis_cluster.replicas_of(primary)
+    redis_cluster.pause(replica)
+    try:
+        outcomes = store.commit_many(
+            [Commit(session_id=sid, epoch=1, record=None, appends=events(2, 2)) for sid in ids]
+        )
+    finally:
+        redis_cluster.resume(replica)
+    assert {sid for sid, o in zip(ids, outcomes, strict=True) if o is not None} == on_primary
+    assert all(isinstance(o, StoreUnavailableError) for o in outcomes if o is not None)
+    store.close()
+
+
+def test_a_batch_across_nodes_fails_only_on_the_node_that_is_down(
+    own_cluster: LocalCluster,
+) -> None:
+    store = on_cluster(own_cluster, timeout_s=1.0)
+    ids = created(store, "b")
+    victim = own_cluster.primary_of(key_of(store, ids[0]))
+    on_victim = {sid for sid in ids if own_cluster.primary_of(key_of(store, sid)) == victim}
+    own_cluster.kill(victim)
+    outcomes = store.commit_many(
+        [Commit(session_id=sid, epoch=1, record=None, appends=events(1, 1)) for sid in ids]
+    )
+    assert {sid for sid, o in zip(ids, outcomes, strict=True) if o is not None} <= on_victim
+    # Unless the replica was promoted already (the cluster is quick, the test slow).
+    assert all(isinstance(o, StoreUnavailableError) for o in outcomes if o is not None)
+    store.close()
+
+
+class Clients:
+    """One client per session on one registry: sends, counts what failed,
+    resumes a session its owner lost (a commit applied whose answer was lost
+    leaves the store ahead of the owner: the next write is refused)."""
+
+    def __init__(self, reg: ThreadSessionRegistry, ids: list[str]) -> None:
+        self.reg = reg
+        self.ids = ids
+        self.wires = {sid: Transport() for sid in ids}
+        self.errors: dict[str, int] = dict.fromkeys(ids, 0)
+        self.tokens = {
+            sid: reg.create(sid, send=wire.send, close=wire.close).resume_token.plaintext
+            for sid, wire in self.wires.items()
+        }
+        self.n = 0
+
+    def send_to_all(self) -> set[str]:
+        """One event to each session; the sessions that took it."""
+        took = set()
+        for sid in self.ids:
+            try:
+                self.reg.send_event(sid, {"n": self.n})
+                took.add(sid)
+            except StoreUnavailableError:
+                self.errors[sid] += 1
+            except (SessionReplacedError, UnknownSessionError):
+                self.errors[sid] += 1
+                self.resume(sid)
+        self.n += 1
+        return took
+
+    def resume(self, sid: str) -> None:
+        wire = self.wires[sid]
+        seqs = [s for s in wire.seqs() if isinstance(s, int)]
+        try:
+            resumed = self.reg.resume(
+                sid,
+                resume_token=self.tokens[sid],
+                last_received_server_event_seq=max(seqs, default=0),
+                send=wire.send,
+                close=wire.close,
+            )
+        except StoreUnavailableError:
+            return  # the next round tries again
+        self.tokens[sid] = resumed.resume_token.plaintext
+        for entry in resumed.replay_entries:
+            wire.send({**dict(entry.payload), "server_event_seq": entry.sequence})
+
+
+def test_a_primary_killed_while_sessions_stream_fails_over_and_loses_no_sent_event(
+    own_cluster: LocalCluster,
+) -> None:
+    store = on_cluster(own_cluster, timeout_s=1.0, durability_replicas=1)
+    ids = [f"k{n}" for n in range(SESSIONS)]
+    with registry(store) as reg:
+        clients = Clients(reg, ids)
+        victim = own_cluster.primary_of(key_of(store, ids[0]))
+        on_victim = {sid for sid in ids if own_cluster.primary_of(key_of(store, sid)) == victim}
+        assert 0 < len(on_victim) < SESSIONS
+        for _ in range(3):
+            assert clients.send_to_all() == set(ids)
+        own_cluster.kill(victim)
+        deadline = time.monotonic() + FAILOVER_LIMIT_S
+        # Streaming on while the cluster notices and promotes the replica.
+        while not own_cluster.failed_over(key_of(store, ids[0]), victim):
+            clients.send_to_all()
+            assert time.monotonic() < deadline, "the replica was not promoted"
+        # The promoted replica has no replica of its own: with
+        # durability_replicas=1 (and min-replicas-to-write 1) its sessions stay
+        # unavailable until one is back. The killed node comes back as its replica.
+        clients.send_to_all()
+        own_cluster.restart(victim)
+        while clients.send_to_all() != set(ids):
+            assert time.monotonic() < deadline, "the sessions did not work again"
+        for _ in range(3):
+            assert clients.send_to_all() == set(ids)
+    # Only the sessions on the killed primary noticed.
+    assert {sid for sid, count in clients.errors.items() if count} <= on_victim
+    assert any(clients.errors[sid] for sid in on_victim)
+    # Every event a client was sent is in the store (on the promoted replica).
+    for sid in ids:
+        stored = store.load(sid)
+        assert stored is not None
+        in_store = {e.sequence: json.loads(e.encoded) for e in stored.events}
+        for frame in clients.wires[sid].frames:
+            if "server_event_seq" in frame:
+                assert in_store[frame["server_event_seq"]]["n"] == frame["n"]  # type: ignore[index]
+    store.close()
