@@ -131,7 +131,7 @@ def _table(
         rows.append(("server: crashes / restarts", f"{stats.crashes} / {stats.restarts}"))
     for name, value in rows:
         table.add_row(name, str(value))
-    ok = report.ok and (figures is None or figures.ok)
+    ok = _verdict(report, pool, figures)
     table.add_row("verdict", "[green]nothing lost or repeated[/]" if ok else "[red]FAILED[/]")
     return table
 
@@ -184,7 +184,7 @@ def _totals_json(
         totals["engine_workers_killed"] = workers.engine_workers_killed
         totals["inputs_redelivered"] = workers.inputs_redelivered
         totals["fenced_engine_messages"] = workers.fenced_engine_messages
-    ok = report.ok and (figures is None or figures.ok)
+    ok = _verdict(report, pool, figures)
     result: dict[str, object] = {"totals": totals, "ok": ok}
     if gateway is not None:  # the table's "server:" rows
         stats = gateway.registry.stats()
@@ -283,8 +283,17 @@ def _finish(
                 report, gateway, processes=processes, workers=workers, pool=pool, figures=figures
             )
         )
+    return 0 if _verdict(report, pool, figures) else 1
+
+
+def _verdict(
+    report: ChaosReport, pool: PoolFigures | None, figures: ProcessesFigures | None
+) -> bool:
+    """Nothing lost or repeated, and the run did what it was asked (the killed
+    worker started again, the process killed, the store outage over): the
+    table's verdict, ``--json``'s ``ok`` and the exit status alike."""
     restarted = pool is None or pool.workers_started_again >= pool.workers_killed
-    return 0 if report.ok and restarted and (figures is None or figures.ok) else 1
+    return report.ok and restarted and (figures is None or figures.ok)
 
 
 def _engine_config(args: argparse.Namespace) -> EngineConfig:
