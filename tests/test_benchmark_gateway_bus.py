@@ -43,7 +43,7 @@ def test_quick_mode_measures_the_bus_beside_the_in_process_engine(tmp_path: Path
     assert sorted(engines) == ["bus", "in-process"]
     for point in entry["points"]:
         assert (point["opened"], point["dropped"], point["errors"]) == (100, 0, {})
-    # Every worker served sessions: the workers were all up before the gateway.
+    # Every worker held sessions during the load: the workers were all up before the gateway.
     ((*held,),) = load["entries_held_per_worker"]
     assert len(held) == WORKERS
     assert all(n > 0 for n in held)
