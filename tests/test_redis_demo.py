@@ -10,8 +10,10 @@ import dataclasses
 import json
 import os
 import subprocess
+import tempfile
 from pathlib import Path
 
+import pytest
 import trio
 
 from actors._store import input_key
@@ -25,8 +27,9 @@ from tests.redis_support import RedisServer, redis_binary
 from tests.test_cli import MODULE, _env, _run, _serve_process
 
 
-def _demo_redis_servers() -> list[int]:
-    """Pids of redis-servers a demo started (they run in its temporary directory)."""
+def _redis_servers_under(directory: Path) -> list[int]:
+    """Pids of redis-servers running in ``directory`` or below (a demo runs its
+    own in a temporary directory: with ``TMPDIR`` set, under that)."""
     pids = []
     for entry in Path("/proc").iterdir():
         try:
@@ -34,7 +37,7 @@ def _demo_redis_servers() -> list[int]:
             cmdline = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        if b"redis-server" in cmdline and "duplex-demo-redis-" in cwd:
+        if b"redis-server" in cmdline and cwd.startswith(str(directory)):
             pids.append(int(entry.name))
     return pids
 
@@ -49,25 +52,26 @@ def _totals(result: subprocess.CompletedProcess[str]) -> dict[str, object]:
     return totals
 
 
-def _crowd_on_three_processes(*flags: str) -> subprocess.CompletedProcess[str]:
-    """``demo --processes 3 --redis local`` with 9 clients, cutting often, ``--json``."""
-    return _run(
-        "demo",
-        "--processes", "3",
-        "--redis", "local",
-        "--clients", "9",
-        "--drop-rate", "1.5",
-        "--input-rate", "2",
-        "--json",
-        *flags,
+def _crowd_on_three_processes(
+    *flags: str, tmpdir: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``demo --processes 3 --redis local`` with 9 clients, cutting often, ``--json``
+    (its temporary files under ``tmpdir`` when given)."""
+    argv = ["demo", "--processes", "3", "--redis", "local", "--clients", "9"]
+    argv += ["--drop-rate", "1.5", "--input-rate", "2", "--json", *flags]
+    return subprocess.run(  # noqa: S603 - our own command line
+        [*MODULE, *argv],
+        capture_output=True,
+        text=True,
         timeout=180,
-    )  # fmt: skip
+        env=_env(**({"TMPDIR": str(tmpdir)} if tmpdir is not None else {})),
+        check=False,
+    )
 
 
-def test_demo_on_three_processes_loses_and_repeats_nothing_through_a_kill() -> None:
+def test_demo_on_three_processes_loses_and_repeats_nothing_through_a_kill(tmp_path: Path) -> None:
     redis_binary()  # skip (or fail in CI) without redis-server
-    before = _demo_redis_servers()
-    result = _crowd_on_three_processes("--duration", "6")
+    result = _crowd_on_three_processes("--duration", "6", tmpdir=tmp_path)
     assert result.returncode == 0, (result.stdout, result.stderr)
     totals = _totals(result)
     assert (totals["lost"], totals["duplicated"], totals["errors"]) == (0, 0, 0), totals
@@ -77,7 +81,7 @@ def test_demo_on_three_processes_loses_and_repeats_nothing_through_a_kill() -> N
     across = totals["resumes_across_processes"]
     assert isinstance(across, int) and across >= totals["takeovers"], totals
     assert totals["answered"] == totals["inputs"], totals
-    assert set(_demo_redis_servers()) <= set(before)  # its redis-server is gone
+    assert _redis_servers_under(tmp_path) == []  # its redis-server is gone
 
 
 def test_demo_through_a_store_outage_retries_and_loses_nothing() -> None:
@@ -225,18 +229,19 @@ async def test_an_input_answered_before_a_cut_is_not_answered_again_elsewhere(
         store.close()
 
 
-def test_local_redis_is_stopped_when_the_block_ends() -> None:
+def test_local_redis_is_stopped_when_the_block_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     redis_binary()
-
-    before = set(_demo_redis_servers())  # another run's may be up meanwhile
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # its directory under ours
     with local_redis() as url:
         assert url.startswith("redis://127.0.0.1:")
         store = RedisStore(url)
         store.ping()
         store.close()
-        ours = set(_demo_redis_servers()) - before
+        ours = _redis_servers_under(tmp_path)
         assert len(ours) == 1
-    assert not ours & set(_demo_redis_servers())  # waited for: stopped, not just signalled
+    assert _redis_servers_under(tmp_path) == []  # waited for: stopped, not just signalled
 
 
 async def test_the_gateway_benchmark_measures_the_redis_store_beside_memory() -> None:
