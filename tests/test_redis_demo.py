@@ -27,8 +27,8 @@ from tests.redis_support import RedisServer, redis_binary
 from tests.test_cli import MODULE, _env, _run, _serve_process
 
 
-def _redis_servers_under(directory: Path) -> list[int]:
-    """Pids of redis-servers running in ``directory`` or below (a demo runs its
+def redis_servers(under: Path = Path("/")) -> list[int]:
+    """Pids of redis-servers running in ``under`` or below (a demo runs its
     own in a temporary directory: with ``TMPDIR`` set, under that)."""
     pids = []
     for entry in Path("/proc").iterdir():
@@ -37,7 +37,7 @@ def _redis_servers_under(directory: Path) -> list[int]:
             cmdline = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        if b"redis-server" in cmdline and cwd.startswith(str(directory)):
+        if b"redis-server" in cmdline and cwd.startswith(str(under)):
             pids.append(int(entry.name))
     return pids
 
@@ -81,7 +81,7 @@ def test_demo_on_three_processes_loses_and_repeats_nothing_through_a_kill(tmp_pa
     across = totals["resumes_across_processes"]
     assert isinstance(across, int) and across >= totals["takeovers"], totals
     assert totals["answered"] == totals["inputs"], totals
-    assert _redis_servers_under(tmp_path) == []  # its redis-server is gone
+    assert redis_servers(tmp_path) == []  # its redis-server is gone
 
 
 def test_demo_through_a_store_outage_retries_and_loses_nothing() -> None:
@@ -239,9 +239,9 @@ def test_local_redis_is_stopped_when_the_block_ends(
         store = RedisStore(url)
         store.ping()
         store.close()
-        ours = _redis_servers_under(tmp_path)
+        ours = redis_servers(tmp_path)
         assert len(ours) == 1
-    assert _redis_servers_under(tmp_path) == []  # waited for: stopped, not just signalled
+    assert redis_servers(tmp_path) == []  # waited for: stopped, not just signalled
 
 
 async def test_the_gateway_benchmark_measures_the_redis_store_beside_memory() -> None:

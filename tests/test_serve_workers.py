@@ -22,7 +22,7 @@ from supervisor.gateway._servers import listening_socket
 from tests.gateway_support import contiguous, read_until_closed, seqs
 from tests.redis_support import RedisServer, redis_binary
 from tests.test_cli import MODULE, _run, _serve_process
-from tests.test_redis_demo import _demo_redis_servers
+from tests.test_redis_demo import redis_servers
 from tests.worker_support import (
     free_ports,
     holder,
@@ -156,11 +156,11 @@ async def test_serve_redis_local_starts_and_stops_its_own_redis(workers: list[st
     with trio.fail_after(LIMIT):
         async with _serve_process(command) as served:
             # Its own child (other runs' may be up meanwhile).
-            ours = {pid for pid in _demo_redis_servers() if _parent(pid) == served.process.pid}
+            ours = {pid for pid in redis_servers() if _parent(pid) == served.process.pid}
             assert len(ours) == 1
             served.process.send_signal(signal.SIGTERM)
         assert served.process.returncode == 0, served.log.decode()
-    assert not ours & set(_demo_redis_servers())  # stopped with the server
+    assert not ours & set(redis_servers())  # stopped with the server
 
 
 def _parent(pid: int) -> int:
