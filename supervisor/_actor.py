@@ -218,7 +218,22 @@ class _StopReply:
 
 
 class SessionSystem:
-    """One registry's actors, whatever the front door. Thread-safe."""
+    """One registry's actors, whatever the front door. Thread-safe.
+
+    It holds the routing table and carries out what `SupervisorMachine`
+    decides (actors, timers, the store, the observer); ``books`` are the
+    figures ``stats()`` reads. The routing table's invariant: only the
+    supervisor writes it (one writer: a successor starts only after its
+    predecessor stopped writing), one whole key at a time; everyone else only
+    reads it, with single dict operations (get, in, len, list), each atomic.
+    A value is the session's mailbox, which stays the same while the session
+    is live, suspended, parked or woken, so parking and restarting never
+    write there: only create, close and departure do.
+
+    Longer than our ~400 lines for now: the store's side (takeover, delete,
+    lease renewal, ~130 lines) is to move to the module that owns what a
+    session persists (issue #24, item 2).
+    """
 
     def __init__(
         self,
@@ -263,17 +278,8 @@ class SessionSystem:
         )
         #: Where sessions persist beyond this process (None: memory only).
         self.store = store
-        # The routing table. Invariant: only the supervisor writes it (one
-        # writer: a successor starts only after its predecessor stopped
-        # writing), one whole key at a time; everyone else only reads it,
-        # with single dict operations (get, in, len, list), each atomic. A
-        # value is the session's mailbox, which stays the same while the
-        # session is live, suspended, parked or woken, so parking and
-        # restarting never write here: only create, close and departure do.
-        self._routes: dict[str, SessionMailbox] = {}
-        #: The supervisor's decisions and the books they are made from (crash
-        #: windows, health, shutdown, takeovers with the store); only its turns
-        #: call it. Books are the figures stats() reads; timers its own mail.
+        self._routes: dict[str, SessionMailbox] = {}  # the routing table (see the class)
+        #: What the supervisor decides, and the books it decides by: only its turns call it.
         self.machine = SupervisorMachine[Call](
             limits=self.policy,
             config=config,
