@@ -45,7 +45,7 @@ __all__ = [
     "WakeSession",
 ]
 
-Call = TypeVar("Call")
+CallT = TypeVar("CallT")
 
 
 class RestartLimits(Protocol):
@@ -174,10 +174,10 @@ HealthDecision = Escalate | Recover
 AdoptDecision = RouteAdopted | WaitForTakeover | TakeOver
 
 
-class SupervisorMachine(Generic[Call]):
+class SupervisorMachine(Generic[CallT]):
     """One registry's supervisor decisions and the books they are made from.
 
-    ``Call`` is whatever the shell queues behind a takeover (its calls);
+    ``CallT`` is whatever the shell queues behind a takeover (its calls);
     the machine only holds them in order.
     """
 
@@ -202,7 +202,7 @@ class SupervisorMachine(Generic[Call]):
         #: Shutdown began: nothing starts, wakes or is taken over any more.
         self.stopping = False
         # Takeovers with the store: the calls waiting for each, in order.
-        self._adopting: dict[str, list[Call]] = {}
+        self._adopting: dict[str, list[CallT]] = {}
 
     # -- crashes and health ------------------------------------------------------------
 
@@ -276,7 +276,7 @@ class SupervisorMachine(Generic[Call]):
 
     # -- takeovers -----------------------------------------------------------------------
 
-    def adopt(self, session_id: str, call: Call, *, routed: bool) -> AdoptDecision:
+    def adopt(self, session_id: str, call: CallT, *, routed: bool) -> AdoptDecision:
         """A resume of ``session_id``, which is not (or no longer) routed here.
 
         One takeover per session at a time: later resumes wait for its
@@ -292,6 +292,6 @@ class SupervisorMachine(Generic[Call]):
             self._adopting[session_id] = [call]
         return TakeOver(off_loop=self._takeovers_off_loop)
 
-    def takeover_answered(self, session_id: str) -> list[Call]:
+    def takeover_answered(self, session_id: str) -> list[CallT]:
         """The store answered a takeover: the calls that waited for it, in order."""
         return self._adopting.pop(session_id, [])

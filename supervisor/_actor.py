@@ -1,7 +1,9 @@
 """The supervisor actor and the loop-neutral system every front door drives.
 
 `SessionSystem` is what a front door owns. Its supervisor actor
-decides; session actors carry out:
+decides (the decisions are `SupervisorMachine`'s, in
+`actors._supervisor_machine`: pure, plain calls in, decisions out, which
+this module carries out); session actors carry out:
 
 * **Routing.** The routing table maps each session id to the session's
   `SessionMailbox`. Only the supervisor writes it (on the registry's
