@@ -12,8 +12,9 @@ decisions are a callback module; the routing table (the shell's) is a
 separate thing with its own writer.
 
 Every call comes from the supervisor's turns (one at a time, on the
-registry's loop), so there is no lock; no clock either: each call says
-when.
+registry's loop; once the registry is shut down and no supervisor is left,
+from whoever is refused), so there is no lock; no clock either: each call
+that needs the time says when.
 """
 
 from __future__ import annotations
@@ -271,7 +272,7 @@ class SupervisorMachine(Generic[CallT]):
         return AnswerClosed() if self.stopping else WakeSession()
 
     def stop(self) -> None:
-        """Shutdown began (idempotent)."""
+        """Shutdown began. Idempotent: the shutdown's turn says so, and the join after it."""
         self.stopping = True
 
     # -- takeovers -----------------------------------------------------------------------
