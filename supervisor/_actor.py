@@ -1,7 +1,9 @@
 """The supervisor actor and the loop-neutral system every front door drives.
 
 `SessionSystem` is what a front door owns. Its supervisor actor
-decides; session actors carry out:
+decides (the decisions are `SupervisorMachine`'s, in
+`actors._supervisor_machine`: pure, plain calls in, decisions out, which
+this module carries out); session actors carry out:
 
 * **Routing.** The routing table maps each session id to the session's
   `SessionMailbox`. Only the supervisor writes it (on the registry's
@@ -30,7 +32,6 @@ successor: none is dropped, however many supervisors die in a row.
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import functools
 import logging
@@ -84,6 +85,20 @@ from actors._store import (
     StoredSession,
     parked_from_store,
     proves_token,
+)
+from actors._supervisor_machine import (
+    AnswerClosed,
+    CloseParked,
+    Escalate,
+    ExpireParked,
+    FailSuspended,
+    PruneParked,
+    Recover,
+    RestartAfter,
+    RestartNow,
+    SupervisorMachine,
+    TakeOver,
+    WaitForTakeover,
 )
 from supervisor._committer import StoreCommitter
 from supervisor._faults import FaultPlan
@@ -205,7 +220,22 @@ class _StopReply:
 
 
 class SessionSystem:
-    """One registry's actors, whatever the front door. Thread-safe."""
+    """One registry's actors, whatever the front door. Thread-safe.
+
+    It holds the routing table and carries out what `SupervisorMachine`
+    decides (actors, timers, the store, the observer); ``books`` are the
+    figures ``stats()`` reads. The routing table's invariant: only the
+    supervisor writes it (one writer: a successor starts only after its
+    predecessor stopped writing), one whole key at a time; everyone else only
+    reads it, with single dict operations (get, in, len, list), each atomic.
+    A value is the session's mailbox, which stays the same while the session
+    is live, suspended, parked or woken, so parking and restarting never
+    write there: only create, close and departure do.
+
+    Longer than our ~400 lines for now: the store's side (takeover, delete,
+    lease renewal, ~130 lines) is to move to the module that owns what a
+    session persists (issue #24, item 2).
+    """
 
     def __init__(
         self,
@@ -228,7 +258,6 @@ class SessionSystem:
         self.clock = self.faults.clock(clock) if faults is not None else clock
         self.config = config
         self.policy = restart_policy or RestartPolicy()
-        self.passivate_after_s = passivate_after_s
         #: The registry's loop: its callbacks, and every actor's turns.
         self.port = port
         self._observer = observer
@@ -251,23 +280,19 @@ class SessionSystem:
         )
         #: Where sessions persist beyond this process (None: memory only).
         self.store = store
-        # The routing table. Invariant: only the supervisor writes it (one
-        # writer: a successor starts only after its predecessor stopped
-        # writing), one whole key at a time; everyone else only reads it,
-        # with single dict operations (get, in, len, list), each atomic. A
-        # value is the session's mailbox, which stays the same while the
-        # session is live, suspended, parked or woken, so parking and
-        # restarting never write here: only create, close and departure do.
-        self._routes: dict[str, SessionMailbox] = {}
-        #: The supervisor's state: crash windows, timers, health; see Books.
+        self._routes: dict[str, SessionMailbox] = {}  # the routing table (see the class)
+        #: What the supervisor decides, and the books it decides by: only its turns call it.
+        self.machine = SupervisorMachine[Call](
+            limits=self.policy,
+            config=config,
+            passivate_after_s=passivate_after_s,
+            takeovers_off_loop=self.committer is not None,
+        )
         self.timers = Timers(self.clock)
         self.books = Books()
         self._parked_due = ParkedDeadlines()
         # A sweep's renewals are with the committer (its answer not back yet).
         self._renewing = False
-        # Takeovers with the committer: the calls waiting for each, in order.
-        self._adopting: dict[str, list[Call]] = {}
-        self._closed = False
         self._takeover_lock = threading.Lock()
         # Built on the loop it will run on: a blocking future's get() there
         # raises instead of waiting on itself (actors._loop_actor.LoopFuture).
@@ -337,7 +362,7 @@ class SessionSystem:
 
     def join(self) -> None:
         """After `shutdown` answered: stop the supervisor (no thread to wait for)."""
-        self._closed = True
+        self.machine.stop()
         with contextlib.suppress(pykka.ActorDeadError):
             self._supervisor.stop(block=False)
         if self.committer is not None:
@@ -359,7 +384,7 @@ class SessionSystem:
         return list(self._routes)
 
     def stats(self) -> RegistryStats:
-        return self.books.stats(len(self._routes))
+        return self.books.stats(len(self._routes), healthy=self.machine.healthy)
 
     def notify(self, event: LifecycleEvent) -> None:
         """Hand ``event`` to the observer on the registry's loop; never raises."""
@@ -405,7 +430,7 @@ class SessionSystem:
         handler(self, message)
 
     def _start_session(self, message: Create) -> None:
-        if self._closed:
+        if self.machine.stopping:
             message.reply.fail(RegistryClosedError("the session registry is shut down"))
             return
         if message.session_id in self._routes:
@@ -443,7 +468,7 @@ class SessionSystem:
         """A session left: out of the table (unless its id is someone else's now)."""
         if self._routes.get(mailbox.session_id) is mailbox:
             del self._routes[mailbox.session_id]
-            self.books.crash_times.pop(mailbox.session_id, None)
+            self.machine.session_left(mailbox.session_id)
 
     def _sweep(self, message: Sweep) -> None:
         now = message.now
@@ -455,19 +480,18 @@ class SessionSystem:
         for mailbox in live:
             if not mailbox.tell_if_live(Call(command=tick, reply=countdown, internal=True)):
                 countdown.resolve(None)  # parked meanwhile: the next sweep prunes it
-        after_s = self.passivate_after_s
-        if after_s is not None:
-            proposal = Passivate(now=now, after_s=after_s)
+        if self.machine.passivate_after_s is not None:
             for actor in self.books.live_actors():
-                since = actor.parkable_since
-                if since is not None and now - since >= after_s:
-                    actor.mailbox.tell_if_live(proposal)
+                park = self.machine.park(now, actor.parkable_since)
+                if park is not None:
+                    actor.mailbox.tell_if_live(Passivate(now=park.now, after_s=park.after_s))
         if self.store is not None:
             self._renew_leases()
         self._judge_health(now)
 
     def _sweep_parked(self, mailbox: SessionMailbox, parked: ParkedSession, now: float) -> None:
-        if parked.expired(now, self.config.disconnect_grace_s):
+        decision = self.machine.parked_due(parked, now)
+        if isinstance(decision, ExpireParked):
             if mailbox.close_if_parked():
                 # What a live session's expiry tells: "expired", then "closed".
                 self._unroute(mailbox)
@@ -476,17 +500,16 @@ class SessionSystem:
                 self._notify_parked(parked, "expired", "disconnect_grace")
                 self._notify_parked(parked, "closed", None)
             return  # closed, or being woken (its next park files it anew)
-        pruned = parked.pruned(now, self.config.replay_ttl_s)
-        if pruned is not parked and mailbox.replace_parked(pruned):
-            self.books.parked_pruned(parked, pruned)
-            parked = pruned
+        if isinstance(decision, PruneParked) and mailbox.replace_parked(decision.pruned):
+            self.books.parked_pruned(parked, decision.pruned)
+            parked = decision.pruned
         if mailbox.phase == MailboxPhase.PARKED and mailbox.parked is parked:
             # Due again later (or at the next sweep, where a float's rounding
             # kept a check just short of its due time).
             self._file_parked(mailbox, parked)
 
     def _stop_sessions(self, message: Stop) -> None:
-        self._closed = True
+        self.machine.stop()
         mailboxes = {id(m): m for m in self._routes.values()}
         for actor in self.books.live_actors():
             mailboxes.setdefault(id(actor.mailbox), actor.mailbox)
@@ -509,7 +532,7 @@ class SessionSystem:
         if parked is None:
             return
         self.books.parked_woken(parked)
-        if self._closed:
+        if isinstance(self.machine.wake(), AnswerClosed):
             self._answer_closed(mailbox)
             return
         SessionActor.start(mailbox=mailbox, context=self._context, parked=parked)
@@ -524,25 +547,26 @@ class SessionSystem:
         """
         call = message.call
         session_id = message.session_id
-        if self._routes.get(session_id) is None and not self._closed:
-            waiting = self._adopting.get(session_id)
-            if waiting is not None:  # its takeover is with the store: after it
-                waiting.append(call)
-                return
+        routed = self._routes.get(session_id) is not None
+        decision = self.machine.adopt(session_id, call, routed=routed)
+        if isinstance(decision, WaitForTakeover):  # its takeover is with the store
+            return
+        if isinstance(decision, TakeOver):
             store = self.store
             assert store is not None  # noqa: S101
             command = call.command
             assert isinstance(command, Resume | AuthenticateResume)  # noqa: S101
             take = functools.partial(_take_over, store, session_id, command.resume_token)
-            if self.committer is not None:  # off the loop; the answer comes back as Adopted
-                self._adopting[session_id] = [call]
+            if decision.off_loop:  # the answer comes back as Adopted
 
                 def answer(outcome: object, error: BaseException | None) -> None:
                     self.tell_supervisor(
                         Adopted(session_id=session_id, outcome=outcome, error=error)
                     )
 
-                self.committer.call(take, answer, what=f"session {session_id}: takeover")
+                committer = self.committer
+                assert committer is not None  # noqa: S101
+                committer.call(take, answer, what=f"session {session_id}: takeover")
                 return
             try:
                 outcome = take()
@@ -556,14 +580,14 @@ class SessionSystem:
     def _adopted(self, message: Adopted) -> None:
         """The store answered a takeover: route its first call, then the others."""
         session_id = message.session_id
-        calls = self._adopting.pop(session_id, [])
+        calls = self.machine.takeover_answered(session_id)
         if not calls:
             return
         first = calls[0]
         if message.error is not None:
             first.reply.fail(message.error)
         elif (
-            self._closed
+            self.machine.stopping
             or self._routes.get(session_id) is not None
             or self._take_in(session_id, first, message.outcome)
         ):
@@ -673,35 +697,25 @@ class SessionSystem:
                 mailbox.tell_if_live(Replaced(epoch=epoch))
 
     def _decide(self, message: Crashed) -> None:
-        """Apply the restart policy to one crash (OTP's intensity, then escalation)."""
+        """Carry out the machine's decisions on one crash (see SupervisorMachine.crashed)."""
         report = message.report
-        # Counted at the crash, not at this reading: the report may have
-        # waited in the inbox while the clock moved (a jumped fake clock
-        # made that visible as a budget spent by crashes a window apart).
-        crashed_at = report.crashed_at
         books = self.books
         if report.during == "reactivate":
             # That actor has stopped: keep its counts, drop it from the live ones.
             books.reactivation_crashed(report.mailbox)
             books.retire(report.actor_urn, "reactivate_crashed")
-        bisect.insort(books.registry_crashes, crashed_at)
-        healthy = self._judge_health(crashed_at)
-        times = books.crash_times.setdefault(report.session_id, [])
-        bisect.insort(times, crashed_at)
-        restart = (
-            healthy
-            and report.state_sound
-            and not report.retry_crashed
-            and self.policy.allows_restart(times, crashed_at)
-        )
-        if not restart:
-            self._give_up(report)
-            return
-        delay = self.policy.backoff_s_for(len(times))
-        if delay > 0:
-            self.timers.schedule(self.clock() + delay, Proceed(report=report))
-        else:
-            self._proceed(Proceed(report=report))
+        for decision in self.machine.crashed(report):
+            if isinstance(decision, Escalate | Recover):
+                self._health_changed(decision)
+            elif isinstance(decision, RestartAfter):
+                self.timers.schedule(self.clock() + decision.delay_s, Proceed(report=report))
+            elif isinstance(decision, RestartNow):
+                self._proceed(Proceed(report=report))
+            elif isinstance(decision, FailSuspended):
+                with contextlib.suppress(InboxClosedError):
+                    report.mailbox.tell(FailSession())
+            elif isinstance(decision, CloseParked):
+                self._close_failed(report.mailbox)
 
     def _proceed(self, message: Proceed) -> None:
         report = message.report
@@ -711,12 +725,8 @@ class SessionSystem:
         with contextlib.suppress(InboxClosedError):
             report.mailbox.tell(Restart())
 
-    def _give_up(self, report: CrashReport) -> None:
-        mailbox = report.mailbox
-        if report.during == "handle":
-            with contextlib.suppress(InboxClosedError):
-                mailbox.tell(FailSession())
-            return
+    def _close_failed(self, mailbox: SessionMailbox) -> None:
+        """Close a session given up on while parked (its wake-up crashed)."""
         parked = mailbox.take_parked()
         if parked is None:
             return
@@ -727,19 +737,21 @@ class SessionSystem:
         )
         self._answer_closed(mailbox, failed=True)
 
-    def _judge_health(self, now: float) -> bool:
-        healthy = self.policy.registry_healthy(self.books.registry_crashes, now)
-        if healthy != self.books.healthy:
-            self.books.set_healthy(healthy)
-            crashes = len(self.books.registry_crashes)
-            self.notify(
-                LifecycleEvent(
-                    kind="registry_healthy" if healthy else "registry_unhealthy",
-                    session_id="",
-                    reason=f"{crashes} crashes within {self.policy.within_s:g} s",
-                )
+    def _judge_health(self, now: float) -> None:
+        for decision in self.machine.swept(now):
+            self._health_changed(decision)
+
+    def _health_changed(self, decision: Escalate | Recover) -> None:
+        escalated = isinstance(decision, Escalate)
+        if escalated:
+            self.books.escalated()
+        self.notify(
+            LifecycleEvent(
+                kind="registry_unhealthy" if escalated else "registry_healthy",
+                session_id="",
+                reason=f"{decision.crashes} crashes within {decision.within_s:g} s",
             )
-        return healthy
+        )
 
     def _answer_closed(self, mailbox: SessionMailbox, *, failed: bool = False) -> None:
         """Close a mailbox nobody runs; answer what it held (closed, or failed)."""
@@ -783,7 +795,7 @@ class SessionSystem:
         if reply is not None:
             reply.fail(RegistryClosedError("the session registry is shut down"))
         elif isinstance(message, Adopted):
-            for call in self._adopting.pop(message.session_id, []):
+            for call in self.machine.takeover_answered(message.session_id):
                 call.reply.fail(RegistryClosedError("the session registry is shut down"))
         elif isinstance(message, Wake):
             parked = message.mailbox.take_parked()
@@ -800,7 +812,7 @@ class SessionSystem:
         with self._takeover_lock:
             if self._supervisor is not refused and self._supervisor.is_alive():
                 return True
-            if self._closed:
+            if self.machine.stopping:
                 return False
             logger.warning("supervisor of registry %s died; taking over", self.registry_id)
             self.books.takeovers += 1

@@ -306,11 +306,11 @@ _LeftReason = Literal["expired", "failed", "shutdown", "replaced"]
 
 
 class Books:
-    """Who is live, what was counted, and the supervisor's own memory.
+    """Who is live and what was counted: the figures ``stats()`` reads.
 
-    ``crash_times``, ``registry_crashes`` and ``healthy`` are the supervisor
-    loop's (the supervisor runs there); the rest is guarded by a lock, as
-    readers of ``stats()`` may call from any thread.
+    Guarded by a lock, as readers of ``stats()`` may call from any thread.
+    What the supervisor decides by (crash windows, health) is not here but
+    in `actors._supervisor_machine.SupervisorMachine`.
     """
 
     def __init__(self) -> None:
@@ -326,12 +326,6 @@ class Books:
         self._reactivated = 0
         self._escalations = 0
         self.takeovers = 0
-        self.healthy = True
-        #: Per session id: its crashes within the policy's window, in order,
-        #: each at the time its report was stamped (the crash's).
-        self.crash_times: dict[str, list[float]] = {}
-        #: The whole registry's crashes within the window (escalation), likewise.
-        self.registry_crashes: list[float] = []
 
     def actor_started(self, actor: SessionActor) -> None:
         with self._lock:
@@ -389,17 +383,16 @@ class Books:
             for name in SUMMED:
                 self._retired[name] += getattr(actor.counters, name)
 
-    def set_healthy(self, healthy: bool) -> None:
-        self.healthy = healthy
-        if not healthy:
-            with self._lock:
-                self._escalations += 1
+    def escalated(self) -> None:
+        """The registry turned unhealthy (counted in ``escalations``)."""
+        with self._lock:
+            self._escalations += 1
 
     def live_actors(self) -> list[SessionActor]:
         with self._lock:
             return list(self._actors.values())
 
-    def stats(self, sessions: int) -> RegistryStats:
+    def stats(self, sessions: int, *, healthy: bool) -> RegistryStats:
         # Counters move from a live actor to the retired totals under this
         # lock, so a read never misses or double counts a session that left.
         with self._lock:
@@ -430,6 +423,6 @@ class Books:
             passivated=passivated,
             reactivated=reactivated,
             escalations=escalations,
-            healthy=self.healthy,
+            healthy=healthy,
             **totals,
         )

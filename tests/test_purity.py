@@ -25,6 +25,7 @@ PURE_MODULES = (
     "_lifecycle",
     "_counters",
     "_store",
+    "_supervisor_machine",
 )
 FORBIDDEN = frozenset({"pykka", "trio", "asyncio", "threading"})
 DYNAMIC_IMPORTERS = frozenset({"import_module", "__import__"})
