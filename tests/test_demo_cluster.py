@@ -101,9 +101,9 @@ def test_durability_needs_replicas_to_wait_for() -> None:
     assert "--redis-durability needs replicas: --redis cluster-local or a URL" in result.stderr
 
 
-def _client(session_id: str, *, wait: float | None, events: int) -> ClientReport:
+def _client(session_id: str, *, waits: list[tuple[float, float]], events: int) -> ClientReport:
     return ClientReport(
-        sessions=1, session_id=session_id, wait_after_fault_s=wait, events_after_fault=events
+        sessions=1, session_id=session_id, waits_after_fault=waits, events_after_fault=events
     )
 
 
@@ -117,16 +117,18 @@ def _ids() -> tuple[str, str]:
 def test_waits_are_sorted_by_the_slot_of_each_session() -> None:
     inside, outside = _ids()
     clients = [
-        _client(inside, wait=3.0, events=5),
-        _client(outside, wait=0.4, events=9),
-        _client("", wait=None, events=0),  # never opened: in neither list
+        _client(inside, waits=[(0.0, 0.1), (0.1, 3.0), (3.0, 3.1)], events=5),
+        # A cut's wait that began once the cluster was whole again is not the failover's.
+        _client(outside, waits=[(0.0, 0.4), (3.4, 4.4)], events=9),
+        _client("", waits=[], events=0),  # never opened: in neither list
     ]
     figures = ClusterFigures(
         processes=3, durability_replicas=1, killed_port=7000, killed_slots=KILLED_SLOTS
     )
-    figures.failover_s = 2.0
+    figures.failover_s, figures.rejoined_s = 2.0, 3.2
     figures.measure(ChaosReport(totals=ClientReport(), clients=clients))
-    assert (figures.affected_waits, figures.other_waits) == ([3.0], [0.4])
+    assert figures.affected_waits == [pytest.approx(2.9)]
+    assert figures.other_waits == [pytest.approx(0.4)]
     assert figures.stranded == 0
     assert figures.ok
 
@@ -137,7 +139,10 @@ def test_a_session_with_no_event_after_the_kill_is_stranded() -> None:
         processes=3, durability_replicas=0, killed_port=7000, killed_slots=KILLED_SLOTS
     )
     figures.failover_s = 2.0
-    clients = [_client(inside, wait=5.0, events=0), _client(outside, wait=0.3, events=4)]
+    clients = [
+        _client(inside, waits=[(0.0, 5.0)], events=0),
+        _client(outside, waits=[(0.0, 0.3)], events=4),
+    ]
     figures.measure(ChaosReport(totals=ClientReport(), clients=clients))
     assert figures.stranded == 1
     assert not figures.ok

@@ -25,10 +25,11 @@ an error (``store_unavailable``). What was lost or repeated is counted as
 ever: a retry hides nothing.
 
 When the caller marks a fault in the gateways' store (`Targets.store_fault_at`,
-the cluster demo's SIGKILL of a primary), each client measures from then on
-the longest it waited for its next new event, the run's end closing the last
-wait (`ClientReport.wait_after_fault_s`), so the sessions the fault touched
-can be told from the others by how long they could not get through.
+the cluster demo's SIGKILL of a primary), each client records from then on
+each wait for its next new event, the run's end closing the last one
+(`ClientReport.waits_after_fault`), so the caller can tell how long the
+sessions the fault touched could not get through, and how long the others
+waited meanwhile.
 """
 
 from __future__ import annotations
@@ -125,13 +126,13 @@ class ClientReport:
     #: New events received after `Targets.store_fault_at`.
     events_after_fault: int = 0
     #: Per client, not added up: its session, and after `Targets.store_fault_at`
-    #: the longest it waited for a new event (``None``: no fault marked).
+    #: each wait for a new event, ``(began, ended)`` in seconds after the fault.
     session_id: str = ""
-    wait_after_fault_s: float | None = None
+    waits_after_fault: list[tuple[float, float]] = field(default_factory=list)
 
 
 #: The `ClientReport` fields of one client that a total does not add up.
-_PER_CLIENT = frozenset({"session_id", "wait_after_fault_s"})
+_PER_CLIENT = frozenset({"session_id", "waits_after_fault"})
 
 
 @dataclass(slots=True)
@@ -299,8 +300,8 @@ class _Client:
         ends ``now`` (a new event ``arrived``, or the run ended)."""
         fault = self.targets.store_fault_at
         if fault is not None and now > fault:
-            wait = now - max(fault, self.last_event_at)
-            self.report.wait_after_fault_s = max(self.report.wait_after_fault_s or 0.0, wait)
+            began = max(fault, self.last_event_at) - fault
+            self.report.waits_after_fault.append((began, now - fault))
             self.report.events_after_fault += arrived
         if arrived:
             self.last_event_at = now
