@@ -95,6 +95,21 @@ def test_json_ok_and_the_exit_status_agree_without_durability() -> None:
     assert totals["unavailable_max_s"] >= totals["unavailable_p50_s"] > 0
 
 
+def test_demo_help_teaches_the_cluster_run() -> None:
+    result = _run("demo", "--help")
+    assert result.returncode == 0
+    assert "'cluster-local'" in result.stdout and "Redis Cluster" in result.stdout
+    assert "'failovers seen'" in result.stdout and "replicas=K" in result.stdout
+    assert "--redis-durability" in result.stdout
+
+
+def test_the_cluster_demo_takes_no_workers_nor_store_outage() -> None:
+    for flags in (["--workers", "2"], ["--store-outage", "1:1"]):
+        result = _run("demo", "--redis", "cluster-local", *flags)
+        assert result.returncode == 2, result.stderr
+        assert "takes neither --workers nor --store-outage" in result.stderr
+
+
 def test_durability_needs_replicas_to_wait_for() -> None:
     result = _run("demo", "--redis", "local", "--redis-durability", "replicas=1")
     assert result.returncode == 2
