@@ -9,10 +9,8 @@ the figures' own rules are checked on reports made by hand.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -21,6 +19,7 @@ from supervisor._local_redis_cluster import slot_of_session
 from supervisor.gateway._chaos import ChaosReport, ClientReport
 from tests.redis_support import redis_binary
 from tests.test_cli import _run
+from tests.test_redis_demo import _demo_redis_servers
 
 #: Sessions whose ids hash into the killed primary's slots, and others.
 KILLED_SLOTS = [(0, 5460)]
@@ -28,16 +27,7 @@ KILLED_SLOTS = [(0, 5460)]
 
 def _cluster_nodes_left() -> list[int]:
     """Pids of redis-servers running in a cluster demo's temporary directory."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        try:
-            cwd = os.readlink(entry / "cwd")
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"redis-server" in cmdline and "duplex-demo-cluster-" in cwd:
-            pids.append(int(entry.name))
-    return pids
+    return _demo_redis_servers("duplex-demo-cluster-")
 
 
 def _cluster_demo(*flags: str) -> subprocess.CompletedProcess[str]:

@@ -25,8 +25,9 @@ from tests.redis_support import RedisServer, redis_binary
 from tests.test_cli import MODULE, _env, _run, _serve_process
 
 
-def _demo_redis_servers() -> list[int]:
-    """Pids of redis-servers a demo started (they run in its temporary directory)."""
+def _demo_redis_servers(directory: str = "duplex-demo-redis-") -> list[int]:
+    """Pids of redis-servers a demo started (they run in its temporary
+    directory, whose name starts with ``directory``)."""
     pids = []
     for entry in Path("/proc").iterdir():
         try:
@@ -34,7 +35,7 @@ def _demo_redis_servers() -> list[int]:
             cmdline = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        if b"redis-server" in cmdline and "duplex-demo-redis-" in cwd:
+        if b"redis-server" in cmdline and directory in cwd:
             pids.append(int(entry.name))
     return pids
 
