@@ -21,6 +21,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from supervisor._cli_flags import SECRET_ENV, parser, read_secret
+from supervisor._demo_cluster import ClusterFigures, run_cluster_demo
 from supervisor._demo_processes import (
     LOCAL_REDIS,
     ProcessesFigures,
@@ -34,6 +35,7 @@ from supervisor._demo_processes import (
 )
 from supervisor._demo_serve_workers import PoolFigures, run_serve_workers_demo
 from supervisor._extras import MissingExtraError, require
+from supervisor._local_redis_cluster import CLUSTER_LOCAL
 from supervisor._serve_workers import (
     WorkerFds,
     announce_ready,
@@ -78,6 +80,7 @@ def _table(
     workers: WorkerFigures | None = None,
     pool: PoolFigures | None = None,
     figures: ProcessesFigures | None = None,
+    cluster: ClusterFigures | None = None,
 ) -> Table:
     t = report.totals
     table = Table(title="duplex-supervisor chaos run", show_header=True)
@@ -121,6 +124,8 @@ def _table(
             rows.append(
                 ("store outage (s)", "not over at the end" if outage is None else f"{outage:.1f}")
             )
+    if cluster is not None:
+        rows += cluster.rows(report)
     if workers is not None:
         rows.append(("engine workers killed", workers.engine_workers_killed))
         rows.append(("inputs redelivered", workers.inputs_redelivered))
@@ -131,7 +136,7 @@ def _table(
         rows.append(("server: crashes / restarts", f"{stats.crashes} / {stats.restarts}"))
     for name, value in rows:
         table.add_row(name, str(value))
-    ok = _verdict(report, pool, figures)
+    ok = _verdict(report, pool, figures, cluster)
     table.add_row("verdict", "[green]nothing lost or repeated[/]" if ok else "[red]FAILED[/]")
     return table
 
@@ -144,6 +149,7 @@ def _totals_json(
     workers: WorkerFigures | None = None,
     pool: PoolFigures | None = None,
     figures: ProcessesFigures | None = None,
+    cluster: ClusterFigures | None = None,
 ) -> str:
     t = report.totals
     totals: dict[str, object] = {
@@ -179,12 +185,14 @@ def _totals_json(
         totals["processes_killed"] = int(figures.process_killed)
         if figures.outage_asked:
             totals["store_outage_s"] = figures.store_outage_s
+    if cluster is not None:
+        totals.update(cluster.totals(report))
     if workers is not None:
         totals["engine_workers"] = workers.engine_workers
         totals["engine_workers_killed"] = workers.engine_workers_killed
         totals["inputs_redelivered"] = workers.inputs_redelivered
         totals["fenced_engine_messages"] = workers.fenced_engine_messages
-    ok = _verdict(report, pool, figures)
+    ok = _verdict(report, pool, figures, cluster)
     result: dict[str, object] = {"totals": totals, "ok": ok}
     if gateway is not None:  # the table's "server:" rows
         stats = gateway.registry.stats()
@@ -269,31 +277,40 @@ def _finish(
     *,
     pool: PoolFigures | None = None,
     figures: ProcessesFigures | None = None,
+    cluster: ClusterFigures | None = None,
 ) -> int:
-    processes = getattr(args, "processes", 1)
+    # The cluster demo's processes rows are its own (no gateway is killed).
+    processes = 1 if cluster is not None else getattr(args, "processes", 1)
     if args.json:
         print(
             _totals_json(
-                report, gateway, processes=processes, workers=workers, pool=pool, figures=figures
+                report, gateway, processes=processes, workers=workers, pool=pool,
+                figures=figures, cluster=cluster,
             )
-        )
+        )  # fmt: skip
     else:
         Console().print(
             _table(
-                report, gateway, processes=processes, workers=workers, pool=pool, figures=figures
+                report, gateway, processes=processes, workers=workers, pool=pool,
+                figures=figures, cluster=cluster,
             )
-        )
-    return 0 if _verdict(report, pool, figures) else 1
+        )  # fmt: skip
+    return 0 if _verdict(report, pool, figures, cluster) else 1
 
 
 def _verdict(
-    report: ChaosReport, pool: PoolFigures | None, figures: ProcessesFigures | None
+    report: ChaosReport,
+    pool: PoolFigures | None,
+    figures: ProcessesFigures | None,
+    cluster: ClusterFigures | None = None,
 ) -> bool:
     """Nothing lost or repeated, and the run did what it was asked (the killed
-    worker started again, the process killed, the store outage over): the
-    table's verdict, ``--json``'s ``ok`` and the exit status alike."""
+    worker started again, the process killed, the store outage over, the
+    primary failed over): the table's verdict, ``--json``'s ``ok`` and the
+    exit status alike."""
     restarted = pool is None or pool.workers_started_again >= pool.workers_killed
-    return report.ok and restarted and (figures is None or figures.ok)
+    done = (figures is None or figures.ok) and (cluster is None or cluster.ok)
+    return report.ok and restarted and done
 
 
 def _engine_config(args: argparse.Namespace) -> EngineConfig:
@@ -311,10 +328,14 @@ async def _demo(args: argparse.Namespace) -> int:
         require(NEEDS[server], f"--server {server}")
     if args.redis is not None:
         require("redis", "--redis")
+    if args.redis_durability and args.redis in (None, LOCAL_REDIS):
+        raise ValueError("--redis-durability needs replicas: --redis cluster-local or a URL")
     if args.browser and (server != "trio" or args.processes > 1 or args.redis is not None):
         raise ValueError("demo --browser runs the trio server in one process")
     if args.engine_workers is not None or args.bus is not None:
         return await _demo_workers(args, console, server)
+    if args.redis == CLUSTER_LOCAL:
+        return await _demo_cluster(args, console, server)
     if args.workers is not None:
         return await _demo_serve_workers(args, console, server)
     if args.processes > 1 or args.redis is not None:
@@ -373,6 +394,18 @@ async def _demo_processes(args: argparse.Namespace, console: Console, server: st
                 args, server, redis.url, config, crowd, outage=outage, redis=redis
             )
     return _finish(args, report, None, figures=figures)
+
+
+async def _demo_cluster(args: argparse.Namespace, console: Console, server: str) -> int:
+    """``demo --redis cluster-local``: see supervisor/_demo_cluster.py."""
+    if args.workers is not None or args.store_outage is not None:
+        raise ValueError("demo --redis cluster-local takes neither --workers nor --store-outage")
+
+    async def crowd(targets: Targets, config: ChaosConfig) -> ChaosReport:
+        return await _run_chaos(targets, config, console, None)
+
+    report, cluster = await run_cluster_demo(args, server, _chaos_config(args), crowd)
+    return _finish(args, report, None, cluster=cluster)
 
 
 async def _demo_serve_workers(args: argparse.Namespace, console: Console, server: str) -> int:

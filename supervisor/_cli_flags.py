@@ -738,7 +738,9 @@ def parser() -> argparse.ArgumentParser:
         "sessions over across processes), one process is killed with SIGKILL halfway "
         "through and its clients resume on the others; the table adds 'resumes across "
         "processes', 'takeovers' and 'stranded' (0 also needed for exit status 0). With "
-        "--store-outage AT:SECONDS as well, Redis dies and comes back during the run.",
+        "--store-outage AT:SECONDS as well, Redis dies and comes back during the run. "
+        "With --redis cluster-local: the processes on a private Redis Cluster whose "
+        "primary is SIGKILLed halfway.",
     )
     multi = demo.add_argument_group("more than one process")
     multi.add_argument(
@@ -753,7 +755,20 @@ def parser() -> argparse.ArgumentParser:
         "--redis",
         metavar="URL",
         help="the Redis the processes share (redis://host:port/db), or 'local': start a "
-        "redis-server from PATH on a free loopback port for the run and stop it after",
+        "redis-server from PATH on a free loopback port for the run and stop it after, or "
+        "'cluster-local': start a private Redis Cluster (3 primaries, 3 replicas) and run "
+        "--processes gateways on it (3 unless 2 or more are asked for); the primary serving "
+        "the most sessions is SIGKILLed halfway, its replica promoted; the table adds "
+        "'failovers seen' and each affected session's wait ('unavailable per affected "
+        "session')",
+    )
+    multi.add_argument(
+        "--redis-durability",
+        type=_durability,
+        default=0,
+        metavar="replicas=K",
+        help="as for serve: each commit also waits for K replicas (WAIT); with "
+        "cluster-local every node also runs with min-replicas-to-write K (default replicas=0)",
     )
     multi.add_argument(
         "--workers",

@@ -37,6 +37,7 @@ __all__ = [
     "ProcessesFigures",
     "StoreOutage",
     "drain",
+    "gateway_processes",
     "listening_url",
     "local_redis",
     "local_redis_server",
@@ -173,7 +174,8 @@ class _Gateway:
 
 def serve_command(args: argparse.Namespace, server: str, redis_url: str | None) -> list[str]:
     """The demo's ``serve`` child: its engine flags, caps that fit the crowd
-    (every client comes from 127.0.0.1), and ``--redis`` if given."""
+    (every client comes from 127.0.0.1), and ``--redis`` (and
+    ``--redis-durability``) if given."""
     crowd = str(max(256, 2 * args.clients))
     command = [sys.executable, "-m", "supervisor", "serve", "--port", "0", "--server", server]
     command += [] if redis_url is None else ["--redis", redis_url]
@@ -181,11 +183,13 @@ def serve_command(args: argparse.Namespace, server: str, redis_url: str | None) 
     command += ["--event-rate", str(args.event_rate), "--delta-chars", str(args.delta_chars)]
     command += ["--max-inputs-per-session", str(args.max_inputs_per_session)]
     command += ["--log-level", "info", "--stats-interval", "3600"]
+    durability = getattr(args, "redis_durability", 0)
+    command += [] if not durability else ["--redis-durability", f"replicas={durability}"]
     return command
 
 
 @contextlib.asynccontextmanager
-async def _gateways(command: list[str], count: int) -> AsyncIterator[list[_Gateway]]:
+async def gateway_processes(command: list[str], count: int) -> AsyncIterator[list[_Gateway]]:
     """``count`` gateway processes, each listening; SIGTERM (then SIGKILL) at the end."""
     env = {k: v for k, v in os.environ.items() if k != SECRET_ENV}
     gateways: list[_Gateway] = []
@@ -260,7 +264,9 @@ async def run_processes_demo(
     ``run(targets, config)``, and SIGKILL one gateway halfway through; with
     ``outage``, also kill ``redis`` (the one at ``redis_url``) and start it again."""
     figures = ProcessesFigures(outage_asked=outage is not None)
-    async with _gateways(serve_command(args, server, redis_url), args.processes) as gateways:
+    async with gateway_processes(
+        serve_command(args, server, redis_url), args.processes
+    ) as gateways:
         targets = Targets([gateway.url for gateway in gateways])
 
         async def kill_one() -> None:

@@ -74,10 +74,12 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def _run(
-    *args: str, timeout: float = 30, command: list[str] = MODULE
+    *args: str, timeout: float = 30, command: list[str] = MODULE, tmpdir: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
+    """``command args``; with ``tmpdir``, its temporary files (a demo's redis-servers) under it."""
+    env = _env(TMPDIR=str(tmpdir)) if tmpdir is not None else _env()
     return subprocess.run(  # noqa: S603 - our own command line
-        [*command, *args], capture_output=True, text=True, timeout=timeout, env=_env(), check=False
+        [*command, *args], capture_output=True, text=True, timeout=timeout, env=env, check=False
     )
 
 

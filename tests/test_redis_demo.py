@@ -57,16 +57,18 @@ def _crowd_on_three_processes(
 ) -> subprocess.CompletedProcess[str]:
     """``demo --processes 3 --redis local`` with 9 clients, cutting often, ``--json``
     (its temporary files under ``tmpdir`` when given)."""
-    argv = ["demo", "--processes", "3", "--redis", "local", "--clients", "9"]
-    argv += ["--drop-rate", "1.5", "--input-rate", "2", "--json", *flags]
-    return subprocess.run(  # noqa: S603 - our own command line
-        [*MODULE, *argv],
-        capture_output=True,
-        text=True,
+    return _run(
+        "demo",
+        "--processes", "3",
+        "--redis", "local",
+        "--clients", "9",
+        "--drop-rate", "1.5",
+        "--input-rate", "2",
+        "--json",
+        *flags,
         timeout=180,
-        env=_env(**({"TMPDIR": str(tmpdir)} if tmpdir is not None else {})),
-        check=False,
-    )
+        tmpdir=tmpdir,
+    )  # fmt: skip
 
 
 def test_demo_on_three_processes_loses_and_repeats_nothing_through_a_kill(tmp_path: Path) -> None:

@@ -23,12 +23,20 @@ is away; nothing changed) is tried again after a backoff (doubling from
 retry, not an error, until `STORE_GIVE_UP_S` past the run's end: then it is
 an error (``store_unavailable``). What was lost or repeated is counted as
 ever: a retry hides nothing.
+
+When the caller marks a fault in the gateways' store (`Targets.store_fault_at`,
+the cluster demo's SIGKILL of a primary), each client records from then on
+each wait for its next new event, the run's end closing the last one
+(`ClientReport.waits_after_fault`), so the caller can tell how long the
+sessions the fault touched could not get through, and how long the others
+waited meanwhile.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -115,6 +123,16 @@ class ClientReport:
     duplicated_upstream: int = 0
     #: Opens and resumes answered ``store_unavailable``, each tried again.
     store_retries: int = 0
+    #: New events received after `Targets.store_fault_at`.
+    events_after_fault: int = 0
+    #: Per client, not added up: its session, and after `Targets.store_fault_at`
+    #: each wait for a new event, ``(began, ended)`` in seconds after the fault.
+    session_id: str = ""
+    waits_after_fault: list[tuple[float, float]] = field(default_factory=list)
+
+
+#: The `ClientReport` fields of one client that a total does not add up.
+_PER_CLIENT = frozenset({"session_id", "waits_after_fault"})
 
 
 @dataclass(slots=True)
@@ -150,6 +168,11 @@ class Targets:
         #: cannot tell which worker holds it, only that one was killed.
         self.workers = workers
         self.worker_killed = False
+        #: When (``trio.current_time()``) the gateways' store suffered a fault:
+        #: from then on each client measures its waits for new events.
+        self.store_fault_at: float | None = None
+        #: The sessions the clients opened so far.
+        self.session_ids: list[str] = []
 
     @property
     def many(self) -> bool:
@@ -216,11 +239,15 @@ class _Client:
         self.orphaned = False
         #: The next wait after a ``store_unavailable`` answer (reset by a success).
         self.store_delay = STORE_RETRY_S
+        #: When the last new event arrived.
+        self.last_event_at = -math.inf
 
     def on_frame(self, frame: dict[str, object]) -> None:
         seq = frame.get("server_event_seq")
         kind = frame.get("type")
         if isinstance(seq, int):
+            if seq > self.last_seq:
+                self.waited_until(trio.current_time(), arrived=True)
             if seq == self.last_seq + 1:
                 self.report.events_delivered += 1
                 self.last_seq = seq
@@ -267,6 +294,17 @@ class _Client:
                 raise _StoreAwayError
             self.report.errors += 1
             self.report.error_codes[code] = self.report.error_codes.get(code, 0) + 1
+
+    def waited_until(self, now: float, *, arrived: bool) -> None:
+        """After a store fault: the wait since the fault or the last new event
+        ends ``now`` (a new event ``arrived``, or the run ended)."""
+        fault = self.targets.store_fault_at
+        if fault is not None and now > fault:
+            began = max(fault, self.last_event_at) - fault
+            self.report.waits_after_fault.append((began, now - fault))
+            self.report.events_after_fault += arrived
+        if arrived:
+            self.last_event_at = now
 
     def on_receipt(self, client_seq: object) -> None:
         if not isinstance(client_seq, int):
@@ -318,7 +356,8 @@ class _Client:
         if created.get("type") != "session.created":
             self.on_frame(created)  # counts the error frame that refused it
             raise _RefusedError(str(created.get("code")))
-        self.session_id = str(created["session_id"])
+        self.session_id = self.report.session_id = str(created["session_id"])
+        self.targets.session_ids.append(self.session_id)
         self.token = str(created["resume_token"])
         self.report.sessions += 1
         return ws
@@ -478,6 +517,7 @@ class _Client:
         ws = self.ws = await self._open_once_stored(deadline)
         while await self._pump_or_broken(ws, deadline):
             ws = await self._come_back(ws, deadline)
+        self.waited_until(deadline, arrived=False)
         if self.orphaned or (not self.targets.workers and self.process in self.targets.down):
             self.report.stranded += 1  # its process died and it never got back
         # Let the last answers arrive, then end the session politely.
@@ -505,6 +545,8 @@ def _total(reports: list[ClientReport]) -> ClientReport:
     total = ClientReport()
     for report in reports:
         for f in dataclasses.fields(ClientReport):
+            if f.name in _PER_CLIENT:
+                continue
             if f.name == "error_codes":
                 for code, n in report.error_codes.items():
                     total.error_codes[code] = total.error_codes.get(code, 0) + n
