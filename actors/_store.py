@@ -341,6 +341,8 @@ def parked_from_store(stored: StoredSession, wall_offset: float) -> ParkedSessio
         drop_runs=record.drop_runs,
         retained_bytes=sum(entry.encoded_bytes for entry in entries),
         overflowed=record.overflowed,
+        # Its head is the store's: a client beyond it is a store_lost gap.
+        store_loaded=True,
     )
     detached_at = record.detached_at
     now_wall = time.time()
