@@ -9,19 +9,27 @@
   answer `StoreUnavailableError` for the failover's time, then work again; the
   sessions on the other primaries never notice; with ``durability_replicas=1``
   the promoted replica holds every event a client was sent.
+* Without it, a replica promoted before the last commits reached it: a client
+  holding those events resumes beyond the new primary's head and is answered
+  `JournalGapError` with reason ``store_lost``, never a silent rewind.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import redis
 
-from actors._errors import SessionReplacedError, StoreUnavailableError, UnknownSessionError
+from actors._errors import (
+    JournalGapError,
+    SessionReplacedError,
+    StoreUnavailableError,
+    UnknownSessionError,
+)
 from actors._store import Commit
 from supervisor._threads import ThreadSessionRegistry
 from supervisor.redis_store import RedisStore
@@ -52,8 +60,52 @@ def own_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
         cluster.stop()
 
 
+@pytest.fixture
+def lossy_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    """A cluster of this test's own, whose primaries write without their replicas."""
+    cluster = LocalCluster(tmp_path)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
 def key_of(store: RedisStore, session_id: str) -> str:
     return f"{store.prefix}{{{session_id}}}:f"
+
+
+def wait_for(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + FAILOVER_LIMIT_S
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def replicated_events(replica: int, key: str) -> int:
+    """How many events of the session whose events stream is ``key`` ``replica`` holds."""
+    with redis.Redis(host="127.0.0.1", port=replica) as node:
+        node.execute_command("READONLY")  # a replica answers its slots' reads, not MOVED
+        return int(node.xlen(key))
+
+
+def cut_replication(replica: int) -> None:
+    """The replica stops hearing its primary and cannot reconnect: its link is
+    killed, and its reconnections fail at AUTH (as a user its primary does not
+    have: a password alone would pass, the default user taking any). A SIGSTOP
+    or DEBUG SLEEP would not do: the primary's writes would wait in the
+    replica's socket buffer and be applied when it runs again."""
+    with redis.Redis(host="127.0.0.1", port=replica) as node:
+        node.config_set("masteruser", "nobody")
+        node.config_set("masterauth", "not-a-password")
+        node.execute_command("CLIENT", "KILL", "TYPE", "master")
+
+        def link_down() -> bool:
+            return bool(node.info("replication").get("master_link_status") == "down")
+
+        wait_for(link_down, "the replica still hears its primary")
+        time.sleep(1.5)  # past its next reconnection (replicationCron runs every second)
+        assert link_down()
 
 
 def test_a_durable_commit_without_its_replica_is_unavailable(redis_server: RedisServer) -> None:
@@ -194,3 +246,57 @@ def test_a_primary_killed_while_sessions_stream_fails_over_and_loses_no_sent_eve
             if "server_event_seq" in frame:
                 assert in_store[frame["server_event_seq"]]["n"] == frame["n"]  # type: ignore[index]
     store.close()
+
+
+def test_a_replica_promoted_without_the_last_commits_answers_store_lost(
+    lossy_cluster: LocalCluster,
+) -> None:
+    first = on_cluster(lossy_cluster, timeout_s=1.0)  # no durability_replicas
+    sid = "lost"
+    primary = lossy_cluster.primary_of(key_of(first, sid))
+    (replica,) = lossy_cluster.replicas_of(primary)
+    events_key = f"{first.prefix}{{{sid}}}:e"
+    wire = Transport()
+    with registry(first) as a:
+        token = a.create(sid, send=wire.send, close=wire.close).resume_token.plaintext
+        for n in range(3):
+            a.send_event(sid, {"n": n})
+        wait_for(lambda: replicated_events(replica, events_key) == 3, "3 events replicated")
+        cut_replication(replica)
+        for n in range(3, 5):
+            a.send_event(sid, {"n": n})  # committed on the primary alone
+        assert wire.seqs() == [1, 2, 3, 4, 5]
+    first.close()
+    lossy_cluster.kill(primary)
+    with redis.Redis(host="127.0.0.1", port=replica) as node:
+        node.execute_command("CLUSTER", "FAILOVER", "TAKEOVER")
+    wait_for(lambda: lossy_cluster.failed_over(key_of(first, sid), primary), "no promotion")
+    second = RedisStore(lossy_cluster.url, prefix=first.prefix, timeout_s=1.0)
+    with registry(second) as b:
+        with pytest.raises(JournalGapError) as raised:
+            b.resume(
+                sid,
+                resume_token=token,
+                last_received_server_event_seq=5,
+                send=wire.send,
+                close=wire.close,
+            )
+        gap = raised.value
+        assert (gap.reason, gap.requested, gap.first_retained, gap.head) == ("store_lost", 5, 1, 3)
+        # The client may resume from its own last sequence: the session skips
+        # the lost sequences and never issues 4 or 5 again.
+        resumed = b.resume(
+            sid,
+            resume_token=token,
+            last_received_server_event_seq=5,
+            send=wire.send,
+            close=wire.close,
+        )
+        assert resumed.replay_entries == ()
+        b.send_event(sid, {"n": "after"})
+        assert wire.seqs() == [1, 2, 3, 4, 5, 6]
+    stored = second.load(sid)
+    assert stored is not None
+    assert [event.sequence for event in stored.events] == [6]
+    assert (stored.record.next_sequence, stored.record.dropped_through) == (7, 5)
+    second.close()
