@@ -9,6 +9,9 @@
   answer `StoreUnavailableError` for the failover's time, then work again; the
   sessions on the other primaries never notice; with ``durability_replicas=1``
   the promoted replica holds every event a client was sent.
+* Lease renewals answer per session: a node that cannot be reached makes its
+  own sessions' renewals unavailable (tried again at the next sweep), and the
+  other sessions' answers, refusals included, still arrive.
 * Without it, a replica promoted before the last commits reached it: a client
   holding those events resumes beyond the new primary's head and is answered
   `JournalGapError` with reason ``store_lost``, never a silent rewind.
@@ -30,6 +33,7 @@ from actors._errors import (
     StoreUnavailableError,
     UnknownSessionError,
 )
+from actors._messages import LifecycleEvent
 from actors._store import Commit
 from supervisor._threads import ThreadSessionRegistry
 from supervisor.redis_store import RedisStore
@@ -299,4 +303,103 @@ def test_a_replica_promoted_without_the_last_commits_answers_store_lost(
     assert stored is not None
     assert [event.sequence for event in stored.events] == [6]
     assert (stored.record.next_sequence, stored.record.dropped_through) == (7, 5)
+    second.close()
+
+
+def unreachable(cluster: LocalCluster, primary: int) -> Callable[[], None]:
+    """SIGKILL a primary and its replica (so no failover ends the outage); the
+    function that starts both again (from their append-only files). Not SIGSTOP:
+    redis-py sends each command of a stopped node again alone, each waiting out
+    its timeouts and retries (minutes for a few sessions)."""
+    (replica,) = cluster.replicas_of(primary)
+    cluster.kill(replica)
+    cluster.kill(primary)
+
+    def back() -> None:
+        cluster.restart(primary)
+        cluster.restart(replica)
+
+    return back
+
+
+def test_renewals_are_unavailable_only_for_the_sessions_of_a_node_that_is_down(
+    own_cluster: LocalCluster,
+) -> None:
+    store = on_cluster(own_cluster, timeout_s=1.0)
+    ids = created(store, "l")
+    victim = own_cluster.primary_of(key_of(store, ids[0]))
+    on_victim = {sid for sid in ids if own_cluster.primary_of(key_of(store, sid)) == victim}
+    healthy = next(sid for sid in ids if sid not in on_victim)
+    back = unreachable(own_cluster, victim)
+    try:
+        renewed = store.renew_many([(sid, 1) for sid in ids] + [(healthy, 7)])
+        # A script no node ran yet (a takeover's) works on a healthy primary too.
+        assert store.acquire(healthy, record().token_digest) is not None
+    finally:
+        back()
+    for sid, answer in zip(ids, renewed, strict=False):
+        if sid in on_victim:
+            assert isinstance(answer, StoreUnavailableError), (sid, answer)
+        else:
+            assert answer is True, (sid, answer)
+    assert renewed[-1] is False  # another epoch's: refused, even now
+    store.close()
+
+
+def test_a_sweep_lets_go_of_a_session_taken_over_while_another_primary_is_down(
+    own_cluster: LocalCluster,
+) -> None:
+    """The sweep's renewals answer per session: a takeover on a healthy primary
+    is noticed (``replaced``) while another primary cannot be reached, and the
+    sessions of that primary are kept, their renewals tried again."""
+    # A lease that outlasts the outage: the sessions of the node that is down
+    # must still be this registry's once it is back.
+    first = RedisStore(own_cluster.url, prefix="sweep:", timeout_s=1.0, lease_s=120)
+    second = RedisStore(own_cluster.url, prefix="sweep:", timeout_s=1.0)
+    ids = [f"w{n}" for n in range(12)]
+    victim = own_cluster.primary_of(key_of(first, ids[0]))
+    on_victim = {sid for sid in ids if own_cluster.primary_of(key_of(first, sid)) == victim}
+    moved = next(sid for sid in ids if sid not in on_victim)
+    heard: list[LifecycleEvent] = []
+    with (
+        registry(first, sweep_interval_s=0.1, passivate_after_s=0, observer=heard.append) as a,
+        registry(second) as b,
+    ):
+        tokens = {}
+        for sid in ids:
+            wire = Transport()
+            created_session = a.create(sid, send=wire.send, close=wire.close)
+            tokens[sid] = created_session.resume_token.plaintext
+            a.send_event(sid, {"n": 0})
+            a.detach(sid, attachment_generation=created_session.attachment_generation)
+        wait_for(lambda: a.stats().parked == len(ids), "every session parked")
+        back = unreachable(own_cluster, victim)
+        try:
+            b.resume(
+                moved,
+                resume_token=tokens[moved],
+                last_received_server_event_seq=1,
+                send=Transport().send,
+                close=Transport().close,
+            )
+
+            def noticed() -> bool:
+                return any(e.kind == "replaced" and e.session_id == moved for e in list(heard))
+
+            wait_for(noticed, "the old owner never let go during the outage")
+        finally:
+            back()
+        # The sessions of the primary that was down are still this registry's.
+        replaced = {e.session_id for e in list(heard) if e.kind == "replaced"}
+        assert replaced == {moved}
+        for sid in on_victim:
+            deadline = time.monotonic() + FAILOVER_LIMIT_S
+            while True:
+                try:
+                    a.send_event(sid, {"n": 1})
+                    break
+                except StoreUnavailableError:
+                    assert time.monotonic() < deadline, "the primary did not come back"
+                    time.sleep(0.1)
+    first.close()
     second.close()
