@@ -13,7 +13,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from actors._errors import DuplicateSessionError, SessionReplacedError, TokenConflictError
+from actors._errors import (
+    DuplicateSessionError,
+    SessionReplacedError,
+    StoreUnavailableError,
+    TokenConflictError,
+)
 from actors._store import (
     DEFAULT_LEASE_S,
     Commit,
@@ -135,8 +140,10 @@ class MemoryStore:
             entry.lease_until = self._clock() + self.lease_s
             return True
 
-    def renew_many(self, leases: Sequence[tuple[str, int]]) -> list[bool]:
-        """`renew` for each ``(session_id, epoch)``, in order."""
+    def renew_many(
+        self, leases: Sequence[tuple[str, int]]
+    ) -> Sequence[bool | StoreUnavailableError]:
+        """`renew` for each ``(session_id, epoch)``, in order (never unavailable)."""
         return [self.renew(session_id, epoch) for session_id, epoch in leases]
 
     def delete(self, session_id: str, epoch: int) -> None:
