@@ -84,9 +84,10 @@ class MemoryStore:
             expect = commit.expect_token_digest
             if expect is not None and entry.record.token_digest != expect:
                 raise TokenConflictError("the resume token was rotated by another resume")
-            top = entry.record.next_sequence - 1
+            # Appends follow the head (or the new trim boundary): no hole (RedisStore's rule).
+            top = max(entry.record.next_sequence - 1, commit.trim_through or 0)
             for event in commit.appends:
-                if event.sequence <= top:
+                if event.sequence != top + 1:
                     raise SessionReplacedError(commit.session_id)
                 top = event.sequence
             for event in commit.appends:

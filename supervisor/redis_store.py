@@ -82,6 +82,10 @@ return 1
 # ARGV: epoch, lease_ms, ttl_ms, expect_digest|'', trim_through|'', n_field_args,
 # the field args, n_settles, the settled input keys, handled client_seq|'', then 4
 # per event: sequence, encoded, created_at, encoded_bytes.
+# Appends must follow the stored head (or the commit's new trim boundary, past
+# which a store_lost skip or an ack moved the journal), one after another: an
+# owner whose store lost its last writes (a replica promoted without them)
+# writing on from its own head would leave a hole a later owner replays past.
 _COMMIT = (
     _NOW_MS
     + """
@@ -95,9 +99,10 @@ local ns = tonumber(ARGV[7 + nf])
 local handled = ARGV[8 + nf + ns]
 local first = 9 + nf + ns
 local top = tonumber(redis.call('HGET', KEYS[1], 'ns')) - 1
+if ARGV[5] ~= '' and tonumber(ARGV[5]) > top then top = tonumber(ARGV[5]) end
 for i = first, #ARGV, 4 do
   local seq = tonumber(ARGV[i])
-  if seq <= top then return -5 end
+  if seq ~= top + 1 then return -5 end
   top = seq
 end
 for i = first, #ARGV, 4 do
