@@ -339,6 +339,20 @@ class ParkedJournal:
 
 _EMPTY_ENTRIES: tuple[JournalEntry, ...] = ()
 
+#: The highest sequence a store_lost skip moves a journal to: the largest
+#: integer a JSON client (JavaScript's numbers) and Redis's Lua (doubles) hold
+#: exactly. Past it (or not an int: a lenient registry's float) a sequence
+#: beyond the head stays `InvalidSequenceError`.
+MAX_SKIP_SEQUENCE = 2**53 - 1
+
+
+def _skippable(sequence: object) -> bool:
+    return (
+        isinstance(sequence, int)
+        and not isinstance(sequence, bool)
+        and sequence <= MAX_SKIP_SEQUENCE
+    )
+
 
 class EventJournal:
     """Sequenced, capped, expiring event log of one session."""
@@ -563,7 +577,7 @@ class EventJournal:
                 self._reason_for(sequence + 1),
             )
         if sequence > self.last_sequence:
-            if self._store_loaded:
+            if self._store_loaded and _skippable(sequence):
                 raise self._skip_lost(sequence)
             raise InvalidSequenceError(
                 f"requested sequence {sequence} is newer than journal head {self.last_sequence}"

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from actors._errors import InvalidResumeTokenError, InvalidSequenceError, JournalGapError
+from actors._journal import MAX_SKIP_SEQUENCE
 from actors._messages import ReleaseAttachment, SendEvent
 from actors._state import SessionState
 from actors._store import StoredSession, parked_from_store, stored_event
@@ -40,7 +41,7 @@ def taken_over_behind(world: World, *, sent: int, kept: int) -> World:
         events=events,
     )
     state = SessionState.unpark(
-        parked_from_store(stored, WALL_OFFSET), config=config(), clock=world.clock
+        parked_from_store(stored, WALL_OFFSET), config=world.state.config, clock=world.clock
     )
     return World(state=state, clock=world.clock, token=world.token)
 
@@ -131,3 +132,14 @@ def test_a_session_that_never_left_its_process_keeps_the_seeds_answer() -> None:
         InvalidSequenceError,
     )
     assert ok(world.state.handle(SendEvent(payload={}))).sequence == 2
+
+
+def test_a_sequence_no_client_can_hold_exactly_is_no_skip() -> None:
+    world = taken_over_behind(open_world(), sent=5, kept=3)
+    fails(auth(world, world.token, MAX_SKIP_SEQUENCE + 1), InvalidSequenceError)
+    lenient = taken_over_behind(open_world(strict=False), sent=5, kept=3)
+    fails(auth(lenient, lenient.token, 4.5), InvalidSequenceError)
+    fails(auth(lenient, lenient.token, float("inf")), InvalidSequenceError)
+    assert (world.state.journal.last_sequence, lenient.state.journal.last_sequence) == (3, 3)
+    gap = fails(auth(world, world.token, MAX_SKIP_SEQUENCE), JournalGapError)
+    assert gap.reason == "store_lost"
