@@ -242,7 +242,7 @@ async def test_a_client_beyond_what_the_store_kept_gets_a_store_lost_gap_on_the_
             assert (closed.code, closed.reason) == (4410, "journal_gap")
             gap = frames[-1]
             assert (gap["reason"], gap["requested"], gap["head"]) == ("store_lost", last, kept)
-            assert "lost the events after head" in str(gap["message"])
+            assert "lost the events after its head" in str(gap["message"])
             assert second.counters.gap_reasons == {"store_lost": 1}
             # The same resume again carries on past every sequence the client holds.
             client = await _resume_from(second.url, again)

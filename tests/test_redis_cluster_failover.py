@@ -79,6 +79,12 @@ def key_of(store: RedisStore, session_id: str) -> str:
     return f"{store.prefix}{{{session_id}}}:f"
 
 
+def first_primary(cluster: LocalCluster, store: RedisStore, ids: list[str]) -> tuple[int, set[str]]:
+    """The port of the primary serving ``ids[0]``, and the ids it serves."""
+    primary = cluster.primary_of(key_of(store, ids[0]))
+    return primary, {sid for sid in ids if cluster.primary_of(key_of(store, sid)) == primary}
+
+
 def wait_for(condition: Callable[[], bool], what: str) -> None:
     deadline = time.monotonic() + FAILOVER_LIMIT_S
     while not condition():
@@ -130,8 +136,7 @@ def test_durable_commits_wait_for_each_primarys_replica(redis_cluster: LocalClus
     assert store.commit_many(
         [Commit(session_id=sid, epoch=1, record=None, appends=events(1, 1)) for sid in ids]
     ) == [None] * len(ids)
-    primary = redis_cluster.primary_of(key_of(store, ids[0]))
-    on_primary = {sid for sid in ids if redis_cluster.primary_of(key_of(store, sid)) == primary}
+    primary, on_primary = first_primary(redis_cluster, store, ids)
     (replica,) = redis_cluster.replicas_of(primary)
     redis_cluster.pause(replica)
     try:
@@ -150,8 +155,7 @@ def test_a_batch_across_nodes_fails_only_on_the_node_that_is_down(
 ) -> None:
     store = on_cluster(own_cluster, timeout_s=1.0)
     ids = created(store, "b")
-    victim = own_cluster.primary_of(key_of(store, ids[0]))
-    on_victim = {sid for sid in ids if own_cluster.primary_of(key_of(store, sid)) == victim}
+    victim, on_victim = first_primary(own_cluster, store, ids)
     own_cluster.kill(victim)
     outcomes = store.commit_many(
         [Commit(session_id=sid, epoch=1, record=None, appends=events(1, 1)) for sid in ids]
@@ -218,8 +222,7 @@ def test_a_primary_killed_while_sessions_stream_fails_over_and_loses_no_sent_eve
     ids = [f"k{n}" for n in range(SESSIONS)]
     with registry(store) as reg:
         clients = Clients(reg, ids)
-        victim = own_cluster.primary_of(key_of(store, ids[0]))
-        on_victim = {sid for sid in ids if own_cluster.primary_of(key_of(store, sid)) == victim}
+        victim, on_victim = first_primary(own_cluster, store, ids)
         assert 0 < len(on_victim) < SESSIONS
         for _ in range(3):
             assert clients.send_to_all() == set(ids)
@@ -327,8 +330,7 @@ def test_renewals_are_unavailable_only_for_the_sessions_of_a_node_that_is_down(
 ) -> None:
     store = on_cluster(own_cluster, timeout_s=1.0)
     ids = created(store, "l")
-    victim = own_cluster.primary_of(key_of(store, ids[0]))
-    on_victim = {sid for sid in ids if own_cluster.primary_of(key_of(store, sid)) == victim}
+    victim, on_victim = first_primary(own_cluster, store, ids)
     healthy = next(sid for sid in ids if sid not in on_victim)
     back = unreachable(own_cluster, victim)
     try:
@@ -357,8 +359,7 @@ def test_a_sweep_lets_go_of_a_session_taken_over_while_another_primary_is_down(
     first = RedisStore(own_cluster.url, prefix="sweep:", timeout_s=1.0, lease_s=120)
     second = RedisStore(own_cluster.url, prefix="sweep:", timeout_s=1.0)
     ids = [f"w{n}" for n in range(12)]
-    victim = own_cluster.primary_of(key_of(first, ids[0]))
-    on_victim = {sid for sid in ids if own_cluster.primary_of(key_of(first, sid)) == victim}
+    victim, on_victim = first_primary(own_cluster, first, ids)
     moved = next(sid for sid in ids if sid not in on_victim)
     heard: list[LifecycleEvent] = []
     with (

@@ -50,7 +50,7 @@ UntilStored = Callable[[str, Callable[[], Awaitable[object]]], Awaitable[None]]
 #: A ``journal_gap`` whose reason is ``store_lost``: the bundled clients end
 #: with `FatalCloseError` and this message, so the application sees why.
 _STORE_LOST = (
-    "the session store lost the events after head (a failover): resume again "
+    "the session store lost the events after its head (a failover): resume again "
     "from the same sequence to go on without them, or open a new session"
 )
 
