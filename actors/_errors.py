@@ -35,9 +35,12 @@ __all__ = [
     "UnknownSessionError",
 ]
 
-GapReason = Literal["ttl", "acknowledged", "overflow"]
+GapReason = Literal["ttl", "acknowledged", "overflow", "store_lost"]
 """What dropped the first missing event of a `JournalGapError`: its
-TTL ran out, the client acknowledged it, or the journal overflowed."""
+TTL ran out, the client acknowledged it, the journal overflowed, or the
+session store lost it (``store_lost``: a session taken over from a store
+that lost its last writes, e.g. a Redis replica promoted before they reached
+it, asked for a replay beyond the head it holds)."""
 
 
 class SessionError(Exception):
@@ -78,7 +81,9 @@ class JournalGapError(SessionError, RuntimeError):
     ``first_retained`` is the oldest sequence still held (``head + 1`` when the
     journal is empty), ``head`` the newest sequence issued, and ``reason`` what
     dropped the first missing event: its TTL ran out, the client acknowledged
-    it, or the journal overflowed and stopped recording.
+    it, the journal overflowed and stopped recording, or the session store
+    lost it (``store_lost``: ``requested`` is beyond the ``head`` of a journal
+    loaded from the store).
     """
 
     def __init__(
@@ -106,7 +111,11 @@ class InvalidPayloadError(InvalidInputError):
 
 
 class InvalidSequenceError(InvalidInputError):
-    """A sequence that is negative, newer than the journal head, or not an int."""
+    """A sequence that is negative, newer than the journal head, or not an int.
+
+    (A replay asked beyond the head of a journal loaded from the store is a
+    `JournalGapError` with reason ``store_lost`` instead.)
+    """
 
 
 class InvalidSessionIdError(InvalidInputError):

@@ -324,6 +324,8 @@ class ParkedJournal:
     drop_runs: tuple[tuple[int, GapReason], ...]
     retained_bytes: int
     overflowed: bool
+    #: Loaded from a store (taken over): see `EventJournal.store_loaded`.
+    store_loaded: bool = False
 
     def pruned(self, now: float, ttl_s: float) -> ParkedJournal:
         """This journal with the events older than ``ttl_s`` at ``now`` dropped."""
@@ -336,6 +338,20 @@ class ParkedJournal:
 
 
 _EMPTY_ENTRIES: tuple[JournalEntry, ...] = ()
+
+#: The highest sequence a store_lost skip moves a journal to: the largest
+#: integer a JSON client (JavaScript's numbers) and Redis's Lua (doubles) hold
+#: exactly. Past it (or not an int: a lenient registry's float) a sequence
+#: beyond the head stays `InvalidSequenceError`.
+MAX_SKIP_SEQUENCE = 2**53 - 1
+
+
+def _skippable(sequence: object) -> bool:
+    return (
+        isinstance(sequence, int)
+        and not isinstance(sequence, bool)
+        and sequence <= MAX_SKIP_SEQUENCE
+    )
 
 
 class EventJournal:
@@ -382,6 +398,8 @@ class EventJournal:
         # _NOTHING_DROPPED: none dropped since it (a list is made only then:
         # a snapshot is taken per command).
         self._undo: list[JournalEntry] | tuple[()] | None = None
+        # Constant: see store_loaded.
+        self._store_loaded = False
 
     # -- reading -----------------------------------------------------------
 
@@ -394,6 +412,18 @@ class EventJournal:
     def overflowed(self) -> bool:
         """Whether the journal passed its cap: sticky, it records nothing more."""
         return self._overflowed
+
+    @property
+    def store_loaded(self) -> bool:
+        """Whether this journal was loaded from a store (a session taken over).
+
+        Its head is then only what the store kept: a store that lost its last
+        writes (a replica promoted before they reached it) is behind sequences
+        the previous owner issued, so a replay asked beyond the head is a
+        `JournalGapError` with reason ``store_lost``, not the
+        `InvalidSequenceError` a journal that never left this process answers.
+        """
+        return self._store_loaded
 
     @property
     def last_sequence(self) -> int:
@@ -547,6 +577,8 @@ class EventJournal:
                 self._reason_for(sequence + 1),
             )
         if sequence > self.last_sequence:
+            if self._store_loaded and _skippable(sequence):
+                raise self._skip_lost(sequence)
             raise InvalidSequenceError(
                 f"requested sequence {sequence} is newer than journal head {self.last_sequence}"
             )
@@ -588,6 +620,7 @@ class EventJournal:
             drop_runs=self._drop_runs,
             retained_bytes=self._retained_bytes,
             overflowed=self._overflowed,
+            store_loaded=self._store_loaded,
         )
 
     @classmethod
@@ -611,6 +644,7 @@ class EventJournal:
         journal._drop_runs = tuple(parked.drop_runs)
         journal._retained_bytes = parked.retained_bytes
         journal._overflowed = parked.overflowed
+        journal._store_loaded = parked.store_loaded
         return journal
 
     # -- transactions --------------------------------------------------------
@@ -687,6 +721,34 @@ class EventJournal:
             self._drop_runs = (*runs[:-1], (through, reason))
         else:
             self._drop_runs = (*runs, (through, reason))[-_MAX_DROP_RUNS:]
+
+    def _skip_lost(self, sequence: int) -> JournalGapError:
+        """The gap of a client beyond a store-loaded head; the journal moves past it.
+
+        The client holds events up to ``sequence`` that the store lost, under
+        sequences this session would issue again to other events: the client
+        would drop those as duplicates, or keep two contents under one
+        sequence. So the lost sequences are skipped for good: everything
+        retained is dropped too (the journal holds one dense run above its
+        dropped boundary, and this client has all of it), the boundary moves
+        to ``sequence`` (reason ``store_lost``) and the next event issued is
+        ``sequence + 1``. The gap reports the journal as it was found. A
+        domain error keeps its changes (`SessionState.handle`): the skip
+        reaches the store with the session's next commit, before any event
+        past it is released; a process that dies first leaves the store as
+        it was, and the next owner skips again.
+        """
+        gap = self._gap(
+            f"requested sequence {sequence} is beyond journal head {self.last_sequence}: "
+            "the session store lost the events after it",
+            sequence,
+            "store_lost",
+        )
+        while self._entries:
+            self._drop_head()
+        self._next_sequence = sequence + 1
+        self._note_dropped(sequence, "store_lost")
+        return gap
 
     def _reason_for(self, sequence: float) -> GapReason:
         for through, reason in self._drop_runs:

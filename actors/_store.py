@@ -60,6 +60,7 @@ from typing import Protocol, runtime_checkable
 from actors._credential import token_digest
 from actors._errors import (
     GapReason,
+    StoreUnavailableError,
 )
 from actors._journal import JournalEntry, ParkedJournal
 from actors._lifecycle import ParkedSession
@@ -171,9 +172,14 @@ class SessionStore(Protocol):
     def renew(self, session_id: str, epoch: int) -> bool:
         """Extend ``epoch``'s lease; ``False`` if it is no longer the owner's."""
 
-    def renew_many(self, leases: Sequence[tuple[str, int]]) -> list[bool]:
+    def renew_many(
+        self, leases: Sequence[tuple[str, int]]
+    ) -> Sequence[bool | StoreUnavailableError]:
         """`renew` for each ``(session_id, epoch)``, in order (a sweep's renewals:
-        a store may send them together)."""
+        a store may send them together). Each answered alone: ``True``,
+        ``False``, or `StoreUnavailableError` for a lease the store could not
+        reach (tried again at the next sweep), so one part of the store that is
+        down costs no other session its renewal."""
 
     def delete(self, session_id: str, epoch: int) -> None:
         """Remove the session if ``epoch`` still owns it."""
@@ -341,6 +347,8 @@ def parked_from_store(stored: StoredSession, wall_offset: float) -> ParkedSessio
         drop_runs=record.drop_runs,
         retained_bytes=sum(entry.encoded_bytes for entry in entries),
         overflowed=record.overflowed,
+        # Its head is the store's: a client beyond it is a store_lost gap.
+        store_loaded=True,
     )
     detached_at = record.detached_at
     now_wall = time.time()

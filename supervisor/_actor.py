@@ -674,7 +674,7 @@ class SessionSystem:
         def answer(renewed: object, error: BaseException | None) -> None:
             if error is not None and not isinstance(error, StoreError):
                 logger.error("registry %s: lease renewal failed: %r", self.registry_id, error)
-            kept = None if error is not None else tuple(cast(list[bool], renewed))
+            kept = None if error is not None else tuple(cast(list[bool | StoreError], renewed))
             self.tell_supervisor(LeasesRenewed(held=held, renewed=kept))
 
         committer.call(functools.partial(store.renew_many, leases), answer, what="lease renewal")
@@ -685,7 +685,9 @@ class SessionSystem:
         if message.renewed is None:
             return  # the store is away: the next sweep tries again
         for (mailbox, epoch), kept in zip(message.held, message.renewed, strict=True):
-            if kept or self._routes.get(mailbox.session_id) is not mailbox:
+            # Only a refusal lets go; an unavailable answer (that session's
+            # part of the store is away) keeps it, to be renewed next sweep.
+            if kept is not False or self._routes.get(mailbox.session_id) is not mailbox:
                 continue
             parked = mailbox.parked
             if parked is not None and mailbox.close_if_parked():

@@ -13,7 +13,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from actors._errors import DuplicateSessionError, SessionReplacedError, TokenConflictError
+from actors._errors import (
+    DuplicateSessionError,
+    SessionReplacedError,
+    StoreUnavailableError,
+    TokenConflictError,
+)
 from actors._store import (
     DEFAULT_LEASE_S,
     Commit,
@@ -79,9 +84,10 @@ class MemoryStore:
             expect = commit.expect_token_digest
             if expect is not None and entry.record.token_digest != expect:
                 raise TokenConflictError("the resume token was rotated by another resume")
-            top = entry.record.next_sequence - 1
+            # Appends follow the head (or the new trim boundary): no hole (RedisStore's rule).
+            top = max(entry.record.next_sequence - 1, commit.trim_through or 0)
             for event in commit.appends:
-                if event.sequence <= top:
+                if event.sequence != top + 1:
                     raise SessionReplacedError(commit.session_id)
                 top = event.sequence
             for event in commit.appends:
@@ -135,8 +141,10 @@ class MemoryStore:
             entry.lease_until = self._clock() + self.lease_s
             return True
 
-    def renew_many(self, leases: Sequence[tuple[str, int]]) -> list[bool]:
-        """`renew` for each ``(session_id, epoch)``, in order."""
+    def renew_many(
+        self, leases: Sequence[tuple[str, int]]
+    ) -> Sequence[bool | StoreUnavailableError]:
+        """`renew` for each ``(session_id, epoch)``, in order (never unavailable)."""
         return [self.renew(session_id, epoch) for session_id, epoch in leases]
 
     def delete(self, session_id: str, epoch: int) -> None:

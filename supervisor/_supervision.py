@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from actors._counters import SUMMED
+from actors._errors import StoreError
 from actors._lifecycle import ParkedSession
 from actors._mailbox import ClosableInbox, Envelope, SessionMailbox
 from actors._messages import Command
@@ -135,10 +136,13 @@ class Sweep:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LeasesRenewed:
-    """The store's answer to a sweep's lease renewals (``None``: it is away)."""
+    """The store's answer to a sweep's lease renewals, one per lease held:
+    ``True``, ``False`` (another process owns it) or an error (the store
+    could not say: kept, tried again at the next sweep). ``None``: the whole
+    call failed."""
 
     held: tuple[tuple[SessionMailbox, int], ...] = field(repr=False)
-    renewed: tuple[bool, ...] | None
+    renewed: tuple[bool | StoreError, ...] | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

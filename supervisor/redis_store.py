@@ -82,6 +82,10 @@ return 1
 # ARGV: epoch, lease_ms, ttl_ms, expect_digest|'', trim_through|'', n_field_args,
 # the field args, n_settles, the settled input keys, handled client_seq|'', then 4
 # per event: sequence, encoded, created_at, encoded_bytes.
+# Appends must follow the stored head (or the commit's new trim boundary, past
+# which a store_lost skip or an ack moved the journal), one after another: an
+# owner whose store lost its last writes (a replica promoted without them)
+# writing on from its own head would leave a hole a later owner replays past.
 _COMMIT = (
     _NOW_MS
     + """
@@ -95,9 +99,10 @@ local ns = tonumber(ARGV[7 + nf])
 local handled = ARGV[8 + nf + ns]
 local first = 9 + nf + ns
 local top = tonumber(redis.call('HGET', KEYS[1], 'ns')) - 1
+if ARGV[5] ~= '' and tonumber(ARGV[5]) > top then top = tonumber(ARGV[5]) end
 for i = first, #ARGV, 4 do
   local seq = tonumber(ARGV[i])
-  if seq <= top then return -5 end
+  if seq ~= top + 1 then return -5 end
   top = seq
 end
 for i = first, #ARGV, 4 do
@@ -403,8 +408,17 @@ class RedisStore:
         return reply
 
     def _run(self, script: Any, keys: list[str], args: list[Any]) -> Any:
+        """One script call (EVALSHA) on its session's node. A node that lacks the
+        script gets it from `_redis_cluster.load_script`, not from redis-py's
+        `Script`, whose SCRIPT LOAD goes to every primary of a cluster and fails
+        whole while one is down: a call on a healthy primary would then be
+        unavailable during another primary's failover."""
         with self._reachable():
-            return script(keys=keys, args=args)
+            try:
+                return self._client.evalsha(script.sha, len(keys), *keys, *args)
+            except NoScriptError:
+                _redis_cluster.load_script(self._client, script.script)
+                return self._client.evalsha(script.sha, len(keys), *keys, *args)
 
     def create(self, session_id: str, record: SessionRecord) -> int:
         created = self._run(
@@ -546,22 +560,36 @@ class RedisStore:
         )
         return bool(renewed == 1)
 
-    def renew_many(self, leases: Sequence[tuple[str, int]]) -> list[bool]:
+    def renew_many(self, leases: Sequence[tuple[str, int]]) -> list[bool | StoreUnavailableError]:
         """`renew` for each ``(session_id, epoch)``: pipelines of `RENEW_BATCH`
-        scripts (one round trip each), not one round trip per session."""
-        renewed: list[bool] = []
+        scripts (one round trip each), not one round trip per session.
+
+        Each lease is answered alone: ``True`` (renewed), ``False`` (another
+        epoch owns it, or its lease ran out) or `StoreUnavailableError` (its
+        node could not be reached: on a cluster, only the sessions of a node
+        that is down or failing over; a single Redis that is down, all of that
+        pipeline's). An unavailable answer costs no other session its answer,
+        refusals included; the next sweep tries that lease again.
+        """
+        renewed: list[bool | StoreUnavailableError] = []
         for first in range(0, len(leases), RENEW_BATCH):
             batch = leases[first : first + RENEW_BATCH]
             calls = [
                 (self._keys(session_id), [epoch, self._lease_ms, self._ttl_ms])
                 for session_id, epoch in batch
             ]
-            with self._reachable():
-                results = self._pipelined(self._renew, calls)
+            try:
+                with self._reachable():
+                    results: list[Any] = self._pipelined(self._renew, calls)
+            except StoreUnavailableError as unavailable:
+                results = [unavailable] * len(calls)
             for result in results:
-                if isinstance(result, Exception):
-                    raise result
-            renewed += [result == 1 for result in results]
+                if isinstance(result, StoreUnavailableError):
+                    renewed.append(result)
+                elif isinstance(result, Exception):
+                    raise result  # not an outage: a bug, loud
+                else:
+                    renewed.append(result == 1)
         return renewed
 
     def delete(self, session_id: str, epoch: int) -> None:

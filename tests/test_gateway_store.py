@@ -6,6 +6,8 @@ what each process keeps of a session it opened once another took it over.
   the session (bound in the store), and a wrong one takes nothing over.
 * Its inputs: an input it claimed and never finished before losing the
   session is answered once when the session comes back to it.
+* Its journal, when the store lost the last writes: a client beyond the
+  store's head is answered ``journal_gap`` with reason ``store_lost``.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from supervisor.gateway._auth import Handshake
 from supervisor.gateway._engine import DemoEngine, Engine, EngineConfig, EngineSession
 from supervisor.gateway._server import Gateway, GatewayConfig, serve_gateway
 from supervisor.gateway._wire_client import WireClient
-from tests.gateway_support import LIMIT, read_until
+from tests.gateway_support import LIMIT, errors, read_until, read_until_closed, seqs
+from tests.test_store_lost_doors import lose_writes_after
 
 
 def _user(handshake: Handshake) -> object:
@@ -199,3 +202,66 @@ async def test_an_input_claimed_here_and_never_finished_is_answered_when_the_ses
             answered = await read_until(back, "response.done", client_event_id="x")
             assert all(f.get("type") != "input.duplicate" for f in answered), answered
             await back.cut()
+
+
+async def test_a_client_beyond_what_the_store_kept_gets_a_store_lost_gap_on_the_wire() -> None:
+    store = MemoryStore()
+    options = RegistryOptions(replay_ttl_s=60, replay_max_bytes_per_session=1 << 20, store=store)
+    config = GatewayConfig(port=0)
+    engine = functools.partial(DemoEngine, EngineConfig(event_rate_hz=50))
+    with trio.fail_after(LIMIT):
+        async with trio.open_nursery() as outer:
+            second = await outer.start(
+                functools.partial(serve_gateway, config, engine=engine(), registry_options=options)
+            )
+            async with trio.open_nursery() as inner:
+                first = await inner.start(
+                    functools.partial(
+                        serve_gateway, config, engine=engine(), registry_options=options
+                    )
+                )
+                client, created = await _open(first.url)
+                session_id = str(created["session_id"])
+                await read_until(client, "response.output_text.delta")
+                lose = lose_writes_after(store, session_id)
+                held = store.load(session_id)
+                assert held is not None
+                kept = held.record.next_sequence - 1
+                received: list[int] = []
+                while not received or received[-1] < kept + 2:
+                    received += seqs([await client.receive_json()])
+                await client.cut()
+                inner.cancel_scope.cancel()  # the first process is gone
+            lose()  # and the store's replica never had its last writes
+            last = received[-1]
+            again = {**created, "last_received_server_event_seq": last}
+            client = await _resume_from(second.url, again)
+            frames, closed = await read_until_closed(client)
+            await client.cut()
+            assert errors(frames) == ["journal_gap"], frames
+            assert (closed.code, closed.reason) == (4410, "journal_gap")
+            gap = frames[-1]
+            assert (gap["reason"], gap["requested"], gap["head"]) == ("store_lost", last, kept)
+            assert "lost the events after its head" in str(gap["message"])
+            assert second.counters.gap_reasons == {"store_lost": 1}
+            # The same resume again carries on past every sequence the client holds.
+            client = await _resume_from(second.url, again)
+            resumed = await read_until(client, "session.resumed")
+            assert resumed[-1]["replayed"] == 0
+            following = await read_until(client, "response.output_text.delta")
+            assert seqs(following)[0] == last + 1
+            await client.cut()
+            outer.cancel_scope.cancel()
+
+
+async def _resume_from(url: str, frame: dict[str, object]) -> WireClient:
+    client = await WireClient.connect(url)
+    await client.send_json(
+        {
+            "type": "session.resume",
+            "session_id": frame["session_id"],
+            "resume_token": frame["resume_token"],
+            "last_received_server_event_seq": frame["last_received_server_event_seq"],
+        }
+    )
+    return client

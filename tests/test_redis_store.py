@@ -137,6 +137,35 @@ def test_an_append_at_or_below_the_top_is_refused_whole(store: SessionStore) -> 
     assert loaded.record.next_sequence == 4
 
 
+def test_an_append_past_a_hole_is_refused_whole(store: SessionStore) -> None:
+    """An owner whose store lost its last writes (a replica promoted without
+    them) writes on from its own head: refused, or a later owner would load a
+    journal with a hole and replay past it silently."""
+    epoch = store.create("s", record())
+    append(store, "s", epoch, 1, 3)
+    with pytest.raises(SessionReplacedError):
+        store.commit(Commit(session_id="s", epoch=epoch, record=None, appends=events(6, 6)))
+    loaded = store.load("s")
+    assert loaded is not None
+    assert [e.sequence for e in loaded.events] == [1, 2, 3]
+    assert loaded.record.next_sequence == 4
+    # A commit that moves the dropped boundary past the hole (a store_lost
+    # skip, or acks of everything) may append right after it.
+    store.commit(
+        Commit(
+            session_id="s",
+            epoch=epoch,
+            record=record(next_sequence=7, dropped=5),
+            appends=events(6, 6),
+            trim_through=5,
+        )
+    )
+    loaded = store.load("s")
+    assert loaded is not None
+    assert [e.sequence for e in loaded.events] == [6]
+    assert (loaded.record.next_sequence, loaded.record.dropped_through) == (7, 5)
+
+
 def test_a_stale_owner_is_fenced_after_a_takeover(store: SessionStore) -> None:
     epoch = store.create("s", record())
     append(store, "s", epoch, 1, 2)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pytest
 import trio
@@ -375,3 +375,43 @@ def test_a_parked_session_expired_by_the_grace_leaves_the_store() -> None:
         door.sweep()
         assert door.stats().sessions_expired == 1
     assert store.load("s") is None
+
+
+class _PartlyAwayStore(MemoryStore):
+    """A MemoryStore whose renewals of the sessions in ``away`` are unavailable,
+    as a cluster answers for the sessions of a primary that is failing over."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.away: set[str] = set()
+
+    def renew_many(self, leases: Sequence[tuple[str, int]]) -> list[bool | StoreUnavailableError]:
+        return [
+            StoreUnavailableError("its node is failing over")
+            if session_id in self.away
+            else self.renew(session_id, epoch)
+            for session_id, epoch in leases
+        ]
+
+
+def test_a_sweep_keeps_a_session_whose_renewal_was_unavailable_and_lets_go_of_a_refused_one() -> (
+    None
+):
+    store = _PartlyAwayStore()
+    kept_wire, moved_wire = Transport(), Transport()
+    with registry(store) as a, registry(store) as b:
+        a.create("kept", send=kept_wire.send, close=kept_wire.close)
+        moved = a.create("moved", send=moved_wire.send, close=moved_wire.close)
+        b.resume(
+            "moved",
+            resume_token=moved.resume_token.plaintext,
+            last_received_server_event_seq=0,
+            send=Transport().send,
+            close=Transport().close,
+        )
+        store.away = {"kept"}
+        a.sweep()
+        assert moved_wire.wait_closed() == ["replaced"]
+        assert kept_wire.closed == []
+        store.away = set()
+        assert a.send_event("kept", {"n": 1}).sequence == 1  # type: ignore[union-attr]

@@ -47,6 +47,13 @@ Close = Callable[[str], Awaitable[None]]
 #: Runs a store call until the store answers (`GatewayService._until_stored`).
 UntilStored = Callable[[str, Callable[[], Awaitable[object]]], Awaitable[None]]
 
+#: A ``journal_gap`` whose reason is ``store_lost``: the bundled clients end
+#: with `FatalCloseError` and this message, so the application sees why.
+_STORE_LOST = (
+    "the session store lost the events after its head (a failover): resume again "
+    "from the same sequence to go on without them, or open a new session"
+)
+
 
 def store_unavailable() -> ProtocolError:
     """An open or resume the session store could not take: nothing changed, the
@@ -227,7 +234,9 @@ class Admission:
             reasons[gap.reason] = reasons.get(gap.reason, 0) + 1
             raise ProtocolError(
                 "journal_gap",
-                "events after that sequence are gone",
+                _STORE_LOST
+                if gap.reason == "store_lost"
+                else "events after that sequence are gone",
                 requested=gap.requested,
                 first_retained=gap.first_retained,
                 head=gap.head,
