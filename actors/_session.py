@@ -85,6 +85,7 @@ from actors._messages import (
     LifecycleEvent,
     LifecycleKind,
     Notify,
+    Resume,
     ResumeResult,
     RetireAttachment,
     Tick,
@@ -424,7 +425,16 @@ class SessionActor(LoopActor):
         state = self._state
         assert state is not None  # noqa: S101
         state.undo()
-        if isinstance(exc, SessionReplacedError):
+        if isinstance(exc, SessionReplacedError) and isinstance(call.command, Resume):
+            # The client proved a token this process knows, and another took
+            # the lease by proving the same token without writing since (its
+            # connection ended before its resume): a takeover to make here,
+            # as for a token this process never heard of (`_carry_out`).
+            self._replaced()
+            self._context.owner.call(
+                self.session_id, call.command, call.reply, call.outbox, internal=call.internal
+            )
+        elif isinstance(exc, SessionReplacedError):
             call.reply.fail(exc)
             self._replaced()
         elif isinstance(exc, StoreError):

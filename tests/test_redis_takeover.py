@@ -175,6 +175,37 @@ def test_a_resume_back_on_an_old_owner_that_never_heard_takes_the_session_back(
         assert a.send_event("s", {"n": 3}).sequence == 4  # type: ignore[union-attr]
 
 
+def test_a_resume_back_on_an_old_owner_with_the_token_it_knows_takes_the_session_back(
+    stores: tuple[SessionStore, SessionStore],
+) -> None:
+    """Another registry took the session over by proving the token (its lease,
+    the same token: the connection there ended before its resume); the client
+    comes back to the old owner with that token. Its memory accepts the token,
+    the store refuses its write (the lease moved): that is a takeover to make,
+    not a session gone (the gateway answered ``unknown_session``)."""
+    old_wire, back_wire = Transport(), Transport()
+    with registry(stores[0]) as a, registry(stores[1]) as b:
+        created = a.create("s", send=old_wire.send, close=old_wire.close)
+        a.send_event("s", {"n": 0})
+        b.authenticate_resume(
+            "s", resume_token=created.resume_token.plaintext, last_received_server_event_seq=1
+        )
+        back = a.resume(
+            "s",
+            resume_token=created.resume_token.plaintext,
+            last_received_server_event_seq=0,
+            send=back_wire.send,
+            close=back_wire.close,
+        )
+        assert [entry.sequence for entry in back.replay_entries] == [1]
+        assert old_wire.wait_closed() == ["replaced"]
+        assert a.send_event("s", {"n": 1}).sequence == 2  # type: ignore[union-attr]
+        assert back_wire.seqs() == [2]
+        # The registry that took it over and never wrote lets go at its first write.
+        with pytest.raises(SessionReplacedError):
+            b.send_event("s", {"n": "stale"})
+
+
 def test_a_wrong_token_never_ends_the_owners_lease(
     stores: tuple[SessionStore, SessionStore],
 ) -> None:
