@@ -30,6 +30,7 @@ __all__ = [
     "SessionFailedError",
     "SessionReplacedError",
     "StoreError",
+    "StoreOutcomeUnknownError",
     "StoreUnavailableError",
     "TokenConflictError",
     "UnknownSessionError",
@@ -153,6 +154,15 @@ class StoreUnavailableError(StoreError, ConnectionError):
     """The session store could not be reached (Redis down, a timeout).
 
     The transition was undone in memory: retry once the store is back.
+    """
+
+
+class StoreOutcomeUnknownError(StoreUnavailableError):
+    """A write reached the store (or may have) but its answer was lost: a
+    connection that broke or timed out after the request was sent.
+
+    A store answers this, never a caller: the session fences the write and
+    reads whether it was applied before it answers anyone (`actors._store`).
     """
 
 

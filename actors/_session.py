@@ -40,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import secrets
 import time
 from collections import deque
 from collections.abc import Callable
@@ -56,6 +57,8 @@ from actors._errors import (
     SessionFailedError,
     SessionReplacedError,
     StoreError,
+    StoreOutcomeUnknownError,
+    StoreUnavailableError,
 )
 from actors._lifecycle import ParkedSession, ResumeStash
 from actors._loop_actor import LoopActor
@@ -65,6 +68,7 @@ from actors._mail import (
     Committed,
     CrashReport,
     FailSession,
+    Fenced,
     Mail,
     Opening,
     Passivate,
@@ -92,7 +96,14 @@ from actors._messages import (
 )
 from actors._ports import Delivery, Outbox, Reply
 from actors._state import SessionState, Transition
-from actors._store import Committer, SessionRecord, StoreBinding
+from actors._store import (
+    DEFAULT_LEASE_S,
+    BatchingStore,
+    Committer,
+    SessionRecord,
+    StoreBinding,
+    StoredSession,
+)
 
 __all__ = [
     "Call",
@@ -305,6 +316,8 @@ class SessionActor(LoopActor):
             return None
         if isinstance(message, Committed):
             self._on_committed(message)
+        elif isinstance(message, Fenced):
+            self._on_fenced(message)
         elif self._in_flight is not None:
             if self._held is None:
                 self._held = deque()
@@ -470,13 +483,63 @@ class SessionActor(LoopActor):
             if message.error is None:
                 binding.confirm()
                 self._carry_out(call, transition)
+            elif isinstance(message.error, StoreOutcomeUnknownError):
+                # Applied or not, nobody knows: neither released nor undone
+                # (either could contradict the store), and the session holds
+                # until the store says which.
+                self._in_flight = in_flight
+                self._fence(binding)
+                return
             else:
                 self._refused(call, message.error)
+        self._go_on()
+
+    def _go_on(self) -> None:
+        """A commit in flight was answered: run what waited for it."""
         if self._gone:
             return
         self._run_stashed()
         while self._held and self._ready():
             self.on_receive(self._held.popleft())
+
+    def _fence(self, binding: StoreBinding) -> None:
+        """Ask the store to fence the commit in doubt and say whether it was
+        applied (`StoreBinding.settle`), trying again while it is away, up to
+        the store's lease: past it this owner cannot keep the session anyway."""
+        committer, store = self._context.committer, binding.store
+        assert committer is not None and isinstance(store, BatchingStore)  # noqa: S101
+        fence = functools.partial(store.fence, self.session_id, binding.epoch, secrets.token_hex(8))
+
+        def answer(stored: object, error: BaseException | None) -> None:
+            fenced = stored if isinstance(stored, StoredSession) else None
+            with contextlib.suppress(InboxClosedError):
+                self._mailbox.tell(Fenced(stored=fenced, error=error))
+
+        lease_s = float(getattr(store, "lease_s", DEFAULT_LEASE_S))
+        committer.call(fence, answer, what=f"session {self.session_id}: fence", retry_for_s=lease_s)
+
+    def _on_fenced(self, message: Fenced) -> None:
+        in_flight, self._in_flight = self._in_flight, None
+        binding = self._binding
+        if not isinstance(in_flight, tuple) or binding is None:
+            return  # nothing in doubt (cannot happen: one fence per commit in flight)
+        call, transition = in_flight
+        if message.stored is not None:
+            self._mailbox.store_epoch = message.stored.epoch
+            if binding.settle(message.stored):
+                self._carry_out(call, transition)  # applied: its effects go out once
+            else:
+                self._refused(call, StoreUnavailableError("the store did not apply the write"))
+        elif isinstance(message.error, StoreUnavailableError):
+            logger.warning(
+                "session %s: a write's outcome stayed unknown past the store's lease; "
+                "letting go (the stored copy stands, a resume takes it over)",
+                self.session_id,
+            )
+            self._refused(call, SessionReplacedError(self.session_id))
+        else:
+            self._refused(call, message.error or RuntimeError("a fence gave nothing"))
+        self._go_on()
 
     def _taken_over(self) -> bool:
         """Whether the store says another process owns this session now."""
