@@ -5,7 +5,8 @@
 back: the write's outcome is unknown to its sender, as when Redis is killed
 between applying a commit and answering it. `LossyProxy.lose_request` cuts
 them before the request is forwarded: nothing is applied, and the sender
-cannot tell the two apart.
+cannot tell the two apart. `LossyProxy.answer_instead` answers a request
+itself (a Redis still loading its data set answers ``-LOADING``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ class LossyProxy:
         self._lock = threading.Lock()
         self._marker: bytes | None = None
         self._forward_marked = True
+        self._reply: bytes | None = None
         self._sockets: set[socket.socket] = set()
         #: Set once an armed loss happened (the exchange was cut).
         self.lost = threading.Event()
@@ -46,9 +48,14 @@ class LossyProxy:
         """The next request holding ``marker`` never reaches Redis (cut first)."""
         self._arm(marker, forward=False)
 
-    def _arm(self, marker: bytes, *, forward: bool) -> None:
+    def answer_instead(self, marker: bytes, reply: bytes) -> None:
+        """The next request holding ``marker`` never reaches Redis: the proxy
+        answers ``reply`` (raw RESP, e.g. ``-LOADING ...``) in its place."""
+        self._arm(marker, forward=False, reply=reply)
+
+    def _arm(self, marker: bytes, *, forward: bool, reply: bytes | None = None) -> None:
         with self._lock:
-            self._marker, self._forward_marked = marker, forward
+            self._marker, self._forward_marked, self._reply = marker, forward, reply
             self.lost.clear()
 
     def close(self) -> None:
@@ -86,9 +93,14 @@ class LossyProxy:
         for chunk in _chunks(client):
             with self._lock:
                 marked = self._marker is not None and self._marker in chunk
-                forward = self._forward_marked
+                forward, reply = self._forward_marked, self._reply
                 if marked:
                     self._marker = None
+            if marked and reply is not None:
+                with contextlib.suppress(OSError):
+                    client.sendall(reply)
+                self.lost.set()
+                continue
             if marked and not forward:
                 self._cut_both(client, upstream)
                 return

@@ -12,6 +12,7 @@ copy of it arriving later is refused.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -82,6 +83,47 @@ async def test_a_commit_that_never_reached_redis_is_undone(proxy: LossyProxy) ->
             entry = await reg.send_event("s", {"n": 2})
             assert entry is not None and entry.sequence == 2
             assert wire.sequences() == [1, 2]
+    assert stored_payloads(store, "s") == [{"n": 1}, {"n": 2}]
+    store.close()
+
+
+async def test_a_lost_reply_then_an_ack_leaves_no_store_behind_the_stream(
+    proxy: LossyProxy,
+) -> None:
+    """Undone blindly, the applied commit's event stayed in Redis's stream
+    while the ack's commit wrote the session's fields back below it: the next
+    event's XADD failed inside the script (a ResponseError), a crash of the
+    session, again on every try."""
+    store = RedisStore(proxy.url, timeout_s=5)
+    with trio.fail_after(LIMIT):
+        async with one_session(store) as (reg, wire, _):
+            proxy.lose_reply(COMMIT)
+            with contextlib.suppress(StoreUnavailableError):
+                await reg.send_event("s", {"n": 2})
+            await reg.acknowledge("s", 1)
+            for n in (3, 4):
+                await reg.send_event("s", {"n": n})
+            assert len(wire.sequences()) == len(set(wire.sequences()))
+            assert reg.stats().crashes == 0
+            stored = store.load("s")
+            assert stored is not None
+            assert stored.record.next_sequence == wire.sequences()[-1] + 1
+    store.close()
+
+
+async def test_a_redis_loading_its_data_answers_unavailable_not_a_crash(
+    proxy: LossyProxy,
+) -> None:
+    store = RedisStore(proxy.url, timeout_s=5)
+    with trio.fail_after(LIMIT):
+        async with one_session(store) as (reg, wire, _):
+            proxy.answer_instead(COMMIT, b"-LOADING Redis is loading the dataset in memory\r\n")
+            with pytest.raises(StoreUnavailableError):
+                await reg.send_event("s", {"n": "refused"})
+            assert proxy.lost.is_set()
+            await reg.send_event("s", {"n": 2})
+            assert wire.sequences() == [1, 2]
+            assert reg.stats().crashes == 0
     assert stored_payloads(store, "s") == [{"n": 1}, {"n": 2}]
     store.close()
 
