@@ -318,9 +318,13 @@ class RedisStore:
     connection, after the commits), so a replica promoted after its primary
     died holds every event a client was sent. A commit Redis applied but
     fewer than K replicas acknowledged (within half of ``timeout_s``) is
-    answered `StoreUnavailableError`, as a write whose answer was lost: the
-    session does not send its events; the store may hold them, and a resume
-    replays them.
+    answered `StoreOutcomeUnknownError`, as a write whose answer was lost:
+    the session sends none of its events until a fence (`fence`, which waits
+    for K replicas too) says whether the primary that answers then holds it.
+
+    A commit whose answer was lost (the connection broke or timed out after
+    the pipeline left) is `StoreOutcomeUnknownError` too; one that never left
+    (no connection could be had) is `StoreUnavailableError`.
     """
 
     def __init__(
@@ -416,7 +420,7 @@ class RedisStore:
                 raise self._unavailable(exc) from None
             raise
 
-    def _unreplicated(self) -> StoreUnavailableError:
+    def _unreplicated(self) -> StoreOutcomeUnknownError:
         self._log.log(
             logging.WARNING,
             "unreplicated",
@@ -425,7 +429,9 @@ class RedisStore:
             self.durability_replicas,
             now=time.monotonic(),
         )
-        return StoreUnavailableError(
+        # Applied on the primary, maybe not on the replica a failover promotes:
+        # its outcome is unknown until a fence (with its own WAIT) says.
+        return StoreOutcomeUnknownError(
             f"Redis at {self.where}: fewer than {self.durability_replicas} replicas "
             "acknowledged the commit"
         )
