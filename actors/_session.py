@@ -18,7 +18,10 @@ Nor for a store that does I/O: a transition's commit (and a new session's
 create) goes to the registry's `Committer`, and the actor holds, as a
 suspended one does, every later message until the answer comes back as a
 `Committed` message; then it releases the effects, or undoes the transition
-on a refusal. One commit in flight per session keeps its order.
+on a refusal. One commit in flight per session keeps its order. A commit
+whose answer was lost (`StoreOutcomeUnknownError`) is neither: the actor
+goes on holding and has the store fence it (`Fenced`), then keeps or undoes
+it as the store says (`StoreBinding.settle`).
 
 The actor has no thread: it is a `LoopActor`, run in turns on its registry's
 event loop, so a create is a mailbox and a small object, and a message from

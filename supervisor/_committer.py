@@ -18,7 +18,11 @@ A session has at most one commit in flight, so its commits and effects keep
 their order; across sessions they batch. Each commit is answered alone: one
 session's refusal touches no other. A store that cannot be reached answers
 the whole batch `StoreUnavailableError` (each session undoes its transition,
-as a synchronous write would).
+as a synchronous write would), or `StoreOutcomeUnknownError` when the batch
+had left (a reply lost): each of those sessions holds and asks for a fence
+(`BatchingStore.fence`) through `StoreCommitter.call` with ``retry_for_s``,
+which this thread tries again on a timer of its own while the store is away,
+writing the other calls meanwhile.
 
 Why a thread and not redis-py's asyncio client on the loop: the loop may be
 trio's (or a door's own thread), where asyncio's streams do not run; one
