@@ -179,6 +179,8 @@ class SessionActor(LoopActor):
         # session's create in the store): its effects and reply wait, and so
         # does every later message (held).
         self._in_flight: tuple[Call, Transition] | _Creating | None = None
+        # The commit in flight whose answer was lost, while the store fences it.
+        self._fencing: tuple[Call, Transition] | None = None
         # An internal command that crashed once: run again first on Restart.
         self._retry: Call | None = None
         # When the last command other than a tick was handled (passivation's idleness).
@@ -321,6 +323,13 @@ class SessionActor(LoopActor):
             self._on_committed(message)
         elif isinstance(message, Fenced):
             self._on_fenced(message)
+        elif isinstance(message, Shutdown) and self._fencing:
+            # A fence may wait out a whole outage: a shutdown does not. The
+            # write stays as the store has it; the fence's answer finds us gone.
+            call, _ = self._fencing
+            self._in_flight = self._fencing = None
+            call.reply.fail(RegistryClosedError("the session registry was shut down"))
+            self._on_shutdown(message)
         elif self._in_flight is not None:
             if self._held is None:
                 self._held = deque()
@@ -490,7 +499,7 @@ class SessionActor(LoopActor):
                 # Applied or not, nobody knows: neither released nor undone
                 # (either could contradict the store), and the session holds
                 # until the store says which.
-                self._in_flight = in_flight
+                self._in_flight = self._fencing = in_flight
                 self._fence(binding)
                 return
             else:
@@ -522,11 +531,12 @@ class SessionActor(LoopActor):
         committer.call(fence, answer, what=f"session {self.session_id}: fence", retry_for_s=lease_s)
 
     def _on_fenced(self, message: Fenced) -> None:
-        in_flight, self._in_flight = self._in_flight, None
+        fencing, self._fencing = self._fencing, None
         binding = self._binding
-        if not isinstance(in_flight, tuple) or binding is None:
+        if fencing is None or binding is None:
             return  # nothing in doubt (cannot happen: one fence per commit in flight)
-        call, transition = in_flight
+        self._in_flight = None
+        call, transition = fencing
         if message.stored is not None:
             self._mailbox.store_epoch = message.stored.epoch
             if binding.settle(message.stored):

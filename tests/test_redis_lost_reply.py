@@ -21,7 +21,7 @@ import pytest
 import trio
 
 from actors._credential import token_digest
-from actors._errors import SessionReplacedError, StoreUnavailableError
+from actors._errors import RegistryClosedError, SessionReplacedError, StoreUnavailableError
 from actors._messages import ResumeResult
 from actors._store import Commit
 from supervisor import redis_store
@@ -194,6 +194,34 @@ async def test_a_lost_reply_while_redis_is_down_waits_for_it_to_come_back(
             await reg.send_event("s", {"n": 3})
             assert wire.sequences() == [1, 2, 3]
     assert stored_payloads(store, "s") == [{"n": 1}, {"n": 2}, {"n": 3}]
+    store.close()
+
+
+async def test_a_shutdown_does_not_wait_for_a_fence(
+    redis_server: RedisServer, proxy: LossyProxy
+) -> None:
+    """Redis down for good while a commit's outcome is unknown: the fence could
+    wait up to the lease (here 10 min), a shutdown does not."""
+    store = RedisStore(proxy.url, timeout_s=5, lease_s=600)
+    outcome: list[BaseException] = []
+
+    async def send(reg: TrioSessionRegistry) -> None:
+        try:
+            await reg.send_event("s", {"n": 2})
+        except RegistryClosedError as exc:
+            outcome.append(exc)
+
+    with trio.fail_after(LIMIT):
+        # Leaving the registry's block shuts it down while the fence meets the outage.
+        async with trio.open_nursery() as nursery, one_session(store) as (reg, wire, _):
+            proxy.lose_reply(COMMIT)
+            nursery.start_soon(send, reg)
+            await trio.to_thread.run_sync(proxy.lost.wait)
+            await trio.to_thread.run_sync(redis_server.kill)
+            committer = committer_of(reg)
+            while committer.in_flight() < 1:
+                await trio.sleep(0.01)
+    assert len(outcome) == 1 and wire.sequences() == [1]
     store.close()
 
 
