@@ -445,10 +445,7 @@ class RedisStore:
         if isinstance(reply, _redis_cluster.UNREACHABLE) or (
             isinstance(reply, BaseException) and _redis_cluster.refused_for_replicas(reply)
         ):
-            lost = isinstance(
-                reply, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError
-            )
-            return self._unavailable(reply, wrote=wrote and lost)
+            return self._unavailable(reply, wrote=wrote and isinstance(reply, _LOST))
         return reply
 
     def _run(self, script: Any, keys: list[str], args: list[Any]) -> Any:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 
 import pytest
@@ -72,21 +72,6 @@ async def test_a_commit_applied_whose_reply_was_lost_is_kept_and_sent_once(
     store.close()
 
 
-async def test_a_commit_that_never_reached_redis_is_undone(proxy: LossyProxy) -> None:
-    store = RedisStore(proxy.url, timeout_s=5)
-    with trio.fail_after(LIMIT):
-        async with one_session(store) as (reg, wire, _):
-            proxy.lose_request(COMMIT)
-            with pytest.raises(StoreUnavailableError):
-                await reg.send_event("s", {"n": "lost"})
-            assert proxy.lost.is_set()
-            entry = await reg.send_event("s", {"n": 2})
-            assert entry is not None and entry.sequence == 2
-            assert wire.sequences() == [1, 2]
-    assert stored_payloads(store, "s") == [{"n": 1}, {"n": 2}]
-    store.close()
-
-
 async def test_a_lost_reply_then_an_ack_leaves_no_store_behind_the_stream(
     proxy: LossyProxy,
 ) -> None:
@@ -111,17 +96,34 @@ async def test_a_lost_reply_then_an_ack_leaves_no_store_behind_the_stream(
     store.close()
 
 
-async def test_a_redis_loading_its_data_answers_unavailable_not_a_crash(
-    proxy: LossyProxy,
+def _lose_request(proxy: LossyProxy) -> None:
+    proxy.lose_request(COMMIT)
+
+
+def _answer_loading(proxy: LossyProxy) -> None:
+    proxy.answer_instead(COMMIT, b"-LOADING Redis is loading the dataset in memory\r\n")
+
+
+@pytest.mark.parametrize(
+    "refuse",
+    [
+        pytest.param(_lose_request, id="cut-before-it-reached-redis"),
+        # redis-py's BusyLoadingError is a ConnectionError: unavailable, not a crash.
+        pytest.param(_answer_loading, id="redis-still-loading-its-data"),
+    ],
+)
+async def test_a_commit_redis_never_applied_is_undone(
+    proxy: LossyProxy, refuse: Callable[[LossyProxy], None]
 ) -> None:
     store = RedisStore(proxy.url, timeout_s=5)
     with trio.fail_after(LIMIT):
         async with one_session(store) as (reg, wire, _):
-            proxy.answer_instead(COMMIT, b"-LOADING Redis is loading the dataset in memory\r\n")
+            refuse(proxy)
             with pytest.raises(StoreUnavailableError):
-                await reg.send_event("s", {"n": "refused"})
+                await reg.send_event("s", {"n": "lost"})
             assert proxy.lost.is_set()
-            await reg.send_event("s", {"n": 2})
+            entry = await reg.send_event("s", {"n": 2})
+            assert entry is not None and entry.sequence == 2
             assert wire.sequences() == [1, 2]
             assert reg.stats().crashes == 0
     assert stored_payloads(store, "s") == [{"n": 1}, {"n": 2}]
