@@ -161,8 +161,9 @@ class StoreOutcomeUnknownError(StoreUnavailableError):
     """A write reached the store (or may have) but its answer was lost: a
     connection that broke or timed out after the request was sent.
 
-    A store answers this, never a caller: the session fences the write and
-    reads whether it was applied before it answers anyone (`actors._store`).
+    `RedisStore.commit` may raise it to a program of its own; a registry's
+    session never passes it on: it fences the write and reads whether it was
+    applied before it answers anyone (`actors._store.StoreBinding.settle`).
     """
 
 
