@@ -47,7 +47,7 @@ import secrets
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pykka
@@ -141,6 +141,8 @@ class _Creating:
     state: SessionState = field(repr=False)
     created: Transition = field(repr=False)
     record: SessionRecord = field(repr=False)
+    #: Its first answer was lost: sent again until the store answers.
+    again: bool = False
 
 
 class SessionActor(LoopActor):
@@ -231,8 +233,7 @@ class SessionActor(LoopActor):
             # Created in the store off the loop; everything waits for the answer.
             record = state.store_record(time.time() - self._context.clock())
             self._in_flight = _Creating(state=state, created=created, record=record)
-            create = functools.partial(store.create, self.session_id, record)
-            committer.call(create, self._create_answered, what="create")
+            self._create(record)
             return
         if store is not None:
             try:
@@ -254,6 +255,16 @@ class SessionActor(LoopActor):
         assert opening is not None  # noqa: S101
         opening.reply.fail(failure)
         self._leave("create_failed", answer=lambda call: call.reply.fail(failure))
+
+    def _create(self, record: SessionRecord, *, retry_for_s: float = 0.0) -> None:
+        store, committer = self._context.store, self._context.committer
+        assert store is not None and committer is not None  # noqa: S101
+        create = functools.partial(store.create, self.session_id, record)
+        committer.call(create, self._create_answered, what="create", retry_for_s=retry_for_s)
+
+    def _lease_s(self) -> float:
+        """How long the store keeps this owner's lease without a write."""
+        return float(getattr(self._context.store, "lease_s", DEFAULT_LEASE_S))
 
     def _create_answered(self, epoch: object, error: BaseException | None) -> None:
         """Called on the loop by the committer: the store's create, as a message."""
@@ -323,13 +334,8 @@ class SessionActor(LoopActor):
             self._on_committed(message)
         elif isinstance(message, Fenced):
             self._on_fenced(message)
-        elif isinstance(message, Shutdown) and self._fencing:
-            # A fence may wait out a whole outage: a shutdown does not. The
-            # write stays as the store has it; the fence's answer finds us gone.
-            call, _ = self._fencing
-            self._in_flight = self._fencing = None
-            call.reply.fail(RegistryClosedError("the session registry was shut down"))
-            self._on_shutdown(message)
+        elif isinstance(message, Shutdown) and self._waiting_out_an_outage():
+            self._abandon_unknown_write(message)
         elif self._in_flight is not None:
             if self._held is None:
                 self._held = deque()
@@ -483,6 +489,13 @@ class SessionActor(LoopActor):
     def _on_committed(self, message: Committed) -> None:
         in_flight, self._in_flight = self._in_flight, None
         if isinstance(in_flight, _Creating):
+            if isinstance(message.error, StoreOutcomeUnknownError) and not in_flight.again:
+                # The same record again (its token digest is this create's own:
+                # the store answers a create it applied already as created),
+                # until the store answers or the lease passed.
+                self._in_flight = replace(in_flight, again=True)
+                self._create(in_flight.record, retry_for_s=self._lease_s())
+                return
             if message.error is not None or message.epoch is None:
                 self._create_failed(message.error or RuntimeError("the store gave no epoch"))
                 return
@@ -527,8 +540,24 @@ class SessionActor(LoopActor):
             with contextlib.suppress(InboxClosedError):
                 self._mailbox.tell(Fenced(stored=fenced, error=error))
 
-        lease_s = float(getattr(store, "lease_s", DEFAULT_LEASE_S))
-        committer.call(fence, answer, what=f"session {self.session_id}: fence", retry_for_s=lease_s)
+        what = f"session {self.session_id}: fence"
+        committer.call(fence, answer, what=what, retry_for_s=self._lease_s())
+
+    def _waiting_out_an_outage(self) -> bool:
+        """Whether a write whose answer was lost is being tried until the store answers."""
+        creating = self._in_flight
+        return self._fencing is not None or (isinstance(creating, _Creating) and creating.again)
+
+    def _abandon_unknown_write(self, message: Shutdown) -> None:
+        """A shutdown does not wait out an outage: the write stays as the store
+        has it, and its answer (later) finds this actor gone."""
+        closed = RegistryClosedError("the session registry was shut down")
+        if self._fencing is not None:
+            self._fencing[0].reply.fail(closed)
+        elif self._opening is not None:
+            self._opening.reply.fail(closed)
+        self._in_flight = self._fencing = None
+        self._on_shutdown(message)
 
     def _on_fenced(self, message: Fenced) -> None:
         fencing, self._fencing = self._fencing, None

@@ -68,10 +68,18 @@ DEFAULT_KEY_TTL_S = 24 * 3600.0
 
 _NOW_MS = "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000) "
 
+# ARGV: lease_ms, ttl_ms, the field args ('td' and the token digest first). A
+# create sent again after its answer was lost finds its own session (its token
+# digest, fresh for each create, and epoch 1: nobody wrote since) and answers
+# as the first did.
 _CREATE = (
     _NOW_MS
     + """
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  if redis.call('HGET', KEYS[1], 'td') == ARGV[4]
+     and redis.call('HGET', KEYS[1], 'epoch') == '1' then return 1 end
+  return 0
+end
 redis.call('DEL', KEYS[2], KEYS[3])
 redis.call('HSET', KEYS[1], 'epoch', 1, 'lease_until', now + tonumber(ARGV[1]),
            unpack(ARGV, 3))
@@ -448,15 +456,20 @@ class RedisStore:
             return self._unavailable(reply, wrote=wrote and isinstance(reply, _LOST))
         return reply
 
-    def _run(self, script: Any, keys: list[str], args: list[Any]) -> Any:
-        with self._reachable():
+    def _run(self, script: Any, keys: list[str], args: list[Any], *, wrote: bool = False) -> Any:
+        with self._reachable(wrote=wrote):
             return script(keys=keys, args=args)
 
     def create(self, session_id: str, record: SessionRecord) -> int:
+        """See `SessionStore.create`. Its answer lost (`StoreOutcomeUnknownError`),
+        the same ``record`` sent again answers 1 if the first was applied."""
+        fields = _fields(record)
+        assert fields[0] == "td"  # noqa: S101 - the script reads the digest at ARGV[4]
         created = self._run(
             self._create,
             self._keys(session_id),
-            [self._lease_ms, self._ttl_ms, *_fields(record)],
+            [self._lease_ms, self._ttl_ms, *fields],
+            wrote=True,
         )
         if created != 1:
             raise DuplicateSessionError(session_id)

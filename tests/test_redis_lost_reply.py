@@ -7,7 +7,8 @@ which happened: an applied commit is kept (its frames go out once, the next
 commit follows it), one never applied is undone and answered
 `StoreUnavailableError`; a token rotation ends with the client holding the
 token the store holds. A fence ends the epoch that wrote the commit, so a
-copy of it arriving later is refused.
+copy of it arriving later is refused. A create whose reply was lost is sent
+again and recognised as the session's own.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from tests.test_redis_store import events, record
 LIMIT = 60.0
 #: What every commit's request holds: the commit script's digest (EVALSHA).
 COMMIT = hashlib.sha1(redis_store._COMMIT.encode()).hexdigest().encode()  # noqa: S324
+#: And every create's.
+CREATE = hashlib.sha1(redis_store._CREATE.encode()).hexdigest().encode()  # noqa: S324
 
 
 @pytest.fixture
@@ -199,31 +202,55 @@ async def test_a_lost_reply_while_redis_is_down_waits_for_it_to_come_back(
     store.close()
 
 
-async def test_a_shutdown_does_not_wait_for_a_fence(
-    redis_server: RedisServer, proxy: LossyProxy
+@pytest.mark.parametrize("write", ["commit", "create"])
+async def test_a_shutdown_does_not_wait_out_an_unknown_write(
+    redis_server: RedisServer, proxy: LossyProxy, write: str
 ) -> None:
-    """Redis down for good while a commit's outcome is unknown: the fence could
-    wait up to the lease (here 10 min), a shutdown does not."""
+    """Redis down for good while a write's outcome is unknown: its fence (or
+    the create sent again) could wait up to the lease (here 10 min), a
+    shutdown does not."""
     store = RedisStore(proxy.url, timeout_s=5, lease_s=600)
     outcome: list[BaseException] = []
 
-    async def send(reg: TrioSessionRegistry) -> None:
+    async def write_it(reg: TrioSessionRegistry) -> None:
         try:
-            await reg.send_event("s", {"n": 2})
+            if write == "commit":
+                await reg.send_event("s", {"n": 2})
+            else:
+                await reg.create("new", send=Wire().send, close=Wire().close)
         except RegistryClosedError as exc:
             outcome.append(exc)
 
     with trio.fail_after(LIMIT):
-        # Leaving the registry's block shuts it down while the fence meets the outage.
+        # Leaving the registry's block shuts it down while the write meets the outage.
         async with trio.open_nursery() as nursery, one_session(store) as (reg, wire, _):
-            proxy.lose_reply(COMMIT)
-            nursery.start_soon(send, reg)
+            proxy.lose_reply(COMMIT if write == "commit" else CREATE)
+            nursery.start_soon(write_it, reg)
             await trio.to_thread.run_sync(proxy.lost.wait)
             await trio.to_thread.run_sync(redis_server.kill)
             committer = committer_of(reg)
             while committer.in_flight() < 1:
                 await trio.sleep(0.01)
     assert len(outcome) == 1 and wire.sequences() == [1]
+    store.close()
+
+
+async def test_a_create_applied_whose_reply_was_lost_is_the_sessions_own(
+    proxy: LossyProxy,
+) -> None:
+    """Answered unavailable, the create Redis applied stayed there: the same id
+    created again was a duplicate for a day (the keys' TTL)."""
+    store = RedisStore(proxy.url, timeout_s=5)
+    with trio.fail_after(LIMIT):
+        async with registry_on(store) as reg:
+            proxy.lose_reply(CREATE)
+            wire = Wire()
+            await reg.create("new", send=wire.send, close=wire.close)
+            assert proxy.lost.is_set()
+            await reg.send_event("new", {"n": 1})
+            assert wire.sequences() == [1]
+    stored = store.load("new")
+    assert stored is not None and stored.epoch == 1
     store.close()
 
 
