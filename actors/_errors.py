@@ -30,6 +30,7 @@ __all__ = [
     "SessionFailedError",
     "SessionReplacedError",
     "StoreError",
+    "StoreOutcomeUnknownError",
     "StoreUnavailableError",
     "TokenConflictError",
     "UnknownSessionError",
@@ -162,6 +163,16 @@ class StoreUnavailableError(StoreError, ConnectionError):
     """The session store could not be reached (Redis down, a timeout).
 
     The transition was undone in memory: retry once the store is back.
+    """
+
+
+class StoreOutcomeUnknownError(StoreUnavailableError):
+    """A write reached the store (or may have) but its answer was lost: a
+    connection that broke or timed out after the request was sent.
+
+    `RedisStore.commit` may raise it to a program of its own; a registry's
+    session never passes it on: it fences the write and reads whether it was
+    applied before it answers anyone (`actors._store.StoreBinding.settle`).
     """
 
 

@@ -18,7 +18,7 @@ from actors._mailbox import SessionMailbox
 from actors._messages import CloseCallable, Command, LifecycleEvent, SendCallable
 from actors._ports import LoopPort, Outbox, Reply
 from actors._state import Failpoints, SessionConfig
-from actors._store import Committer, SessionStore
+from actors._store import Committer, SessionStore, StoredSession
 
 if TYPE_CHECKING:
     from actors._session import SessionActor
@@ -29,6 +29,7 @@ __all__ = [
     "Committed",
     "CrashReport",
     "FailSession",
+    "Fenced",
     "Mail",
     "Opening",
     "Passivate",
@@ -141,6 +142,16 @@ class Committed(Mail):
     error: BaseException | None = field(default=None, repr=False)
     #: A create's answer: the session's first epoch.
     epoch: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Fenced(Mail):
+    """The committer: the store fenced this session's commit whose answer was
+    lost (`BatchingStore.fence`), or could not be reached to do it."""
+
+    #: The session as the fence left it (``None``: ``error`` says why not).
+    stored: StoredSession | None = field(default=None, repr=False)
+    error: BaseException | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

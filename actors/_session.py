@@ -18,7 +18,10 @@ Nor for a store that does I/O: a transition's commit (and a new session's
 create) goes to the registry's `Committer`, and the actor holds, as a
 suspended one does, every later message until the answer comes back as a
 `Committed` message; then it releases the effects, or undoes the transition
-on a refusal. One commit in flight per session keeps its order.
+on a refusal. One commit in flight per session keeps its order. A commit
+whose answer was lost (`StoreOutcomeUnknownError`) is neither: the actor
+goes on holding and has the store fence it (`Fenced`), then keeps or undoes
+it as the store says (`StoreBinding.settle`).
 
 The actor has no thread: it is a `LoopActor`, run in turns on its registry's
 event loop, so a create is a mailbox and a small object, and a message from
@@ -40,10 +43,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import secrets
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pykka
@@ -56,6 +60,8 @@ from actors._errors import (
     SessionFailedError,
     SessionReplacedError,
     StoreError,
+    StoreOutcomeUnknownError,
+    StoreUnavailableError,
 )
 from actors._lifecycle import ParkedSession, ResumeStash
 from actors._loop_actor import LoopActor
@@ -65,6 +71,7 @@ from actors._mail import (
     Committed,
     CrashReport,
     FailSession,
+    Fenced,
     Mail,
     Opening,
     Passivate,
@@ -93,7 +100,14 @@ from actors._messages import (
 )
 from actors._ports import Delivery, Outbox, Reply
 from actors._state import SessionState, Transition
-from actors._store import Committer, SessionRecord, StoreBinding
+from actors._store import (
+    DEFAULT_LEASE_S,
+    BatchingStore,
+    Committer,
+    SessionRecord,
+    StoreBinding,
+    StoredSession,
+)
 
 __all__ = [
     "Call",
@@ -128,6 +142,8 @@ class _Creating:
     state: SessionState = field(repr=False)
     created: Transition = field(repr=False)
     record: SessionRecord = field(repr=False)
+    #: Its first answer was lost: sent again until the store answers.
+    again: bool = False
 
 
 class SessionActor(LoopActor):
@@ -166,6 +182,8 @@ class SessionActor(LoopActor):
         # session's create in the store): its effects and reply wait, and so
         # does every later message (held).
         self._in_flight: tuple[Call, Transition] | _Creating | None = None
+        # The commit in flight whose answer was lost, while the store fences it.
+        self._fencing: tuple[Call, Transition] | None = None
         # An internal command that crashed once: run again first on Restart.
         self._retry: Call | None = None
         # When the last command other than a tick was handled (passivation's idleness).
@@ -216,8 +234,7 @@ class SessionActor(LoopActor):
             # Created in the store off the loop; everything waits for the answer.
             record = state.store_record(time.time() - self._context.clock())
             self._in_flight = _Creating(state=state, created=created, record=record)
-            create = functools.partial(store.create, self.session_id, record)
-            committer.call(create, self._create_answered, what="create")
+            self._create(record)
             return
         if store is not None:
             try:
@@ -239,6 +256,16 @@ class SessionActor(LoopActor):
         assert opening is not None  # noqa: S101
         opening.reply.fail(failure)
         self._leave("create_failed", answer=lambda call: call.reply.fail(failure))
+
+    def _create(self, record: SessionRecord, *, retry_for_s: float = 0.0) -> None:
+        store, committer = self._context.store, self._context.committer
+        assert store is not None and committer is not None  # noqa: S101
+        create = functools.partial(store.create, self.session_id, record)
+        committer.call(create, self._create_answered, what="create", retry_for_s=retry_for_s)
+
+    def _lease_s(self) -> float:
+        """How long the store keeps this owner's lease without a write."""
+        return float(getattr(self._context.store, "lease_s", DEFAULT_LEASE_S))
 
     def _create_answered(self, epoch: object, error: BaseException | None) -> None:
         """Called on the loop by the committer: the store's create, as a message."""
@@ -306,6 +333,10 @@ class SessionActor(LoopActor):
             return None
         if isinstance(message, Committed):
             self._on_committed(message)
+        elif isinstance(message, Fenced):
+            self._on_fenced(message)
+        elif isinstance(message, Shutdown) and self._waiting_out_an_outage():
+            self._abandon_unknown_write(message)
         elif self._in_flight is not None:
             if self._held is None:
                 self._held = deque()
@@ -468,6 +499,13 @@ class SessionActor(LoopActor):
     def _on_committed(self, message: Committed) -> None:
         in_flight, self._in_flight = self._in_flight, None
         if isinstance(in_flight, _Creating):
+            if isinstance(message.error, StoreOutcomeUnknownError) and not in_flight.again:
+                # The same record again (its token digest is this create's own:
+                # the store answers a create it applied already as created),
+                # until the store answers or the lease passed.
+                self._in_flight = replace(in_flight, again=True)
+                self._create(in_flight.record, retry_for_s=self._lease_s())
+                return
             if message.error is not None or message.epoch is None:
                 self._create_failed(message.error or RuntimeError("the store gave no epoch"))
                 return
@@ -480,13 +518,80 @@ class SessionActor(LoopActor):
             if message.error is None:
                 binding.confirm()
                 self._carry_out(call, transition)
+            elif isinstance(message.error, StoreOutcomeUnknownError):
+                # Applied or not, nobody knows: neither released nor undone
+                # (either could contradict the store), and the session holds
+                # until the store says which.
+                self._in_flight = self._fencing = in_flight
+                self._fence(binding)
+                return
             else:
                 self._refused(call, message.error)
+        self._go_on()
+
+    def _go_on(self) -> None:
+        """A commit in flight was answered: run what waited for it."""
         if self._gone:
             return
         self._run_stashed()
         while self._held and self._ready():
             self.on_receive(self._held.popleft())
+
+    def _fence(self, binding: StoreBinding) -> None:
+        """Ask the store to fence the commit in doubt and say whether it was
+        applied (`StoreBinding.settle`), trying again while it is away, up to
+        the store's lease: past it this owner cannot keep the session anyway."""
+        committer, store = self._context.committer, binding.store
+        assert committer is not None and isinstance(store, BatchingStore)  # noqa: S101
+        fence = functools.partial(store.fence, self.session_id, binding.epoch, secrets.token_hex(8))
+
+        def answer(stored: object, error: BaseException | None) -> None:
+            fenced = stored if isinstance(stored, StoredSession) else None
+            with contextlib.suppress(InboxClosedError):
+                self._mailbox.tell(Fenced(stored=fenced, error=error))
+
+        what = f"session {self.session_id}: fence"
+        committer.call(fence, answer, what=what, retry_for_s=self._lease_s())
+
+    def _waiting_out_an_outage(self) -> bool:
+        """Whether a write whose answer was lost is being tried until the store answers."""
+        creating = self._in_flight
+        return self._fencing is not None or (isinstance(creating, _Creating) and creating.again)
+
+    def _abandon_unknown_write(self, message: Shutdown) -> None:
+        """A shutdown does not wait out an outage: the write stays as the store
+        has it, and its answer (later) finds this actor gone."""
+        closed = RegistryClosedError("the session registry was shut down")
+        if self._fencing is not None:
+            self._fencing[0].reply.fail(closed)
+        elif self._opening is not None:
+            self._opening.reply.fail(closed)
+        self._in_flight = self._fencing = None
+        self._on_shutdown(message)
+
+    def _on_fenced(self, message: Fenced) -> None:
+        fencing, self._fencing = self._fencing, None
+        binding = self._binding
+        if fencing is None or binding is None:
+            return  # nothing in doubt (cannot happen: one fence per commit in flight)
+        self._in_flight = None
+        call, transition = fencing
+        if message.stored is not None:
+            self._mailbox.store_epoch = message.stored.epoch
+            if binding.settle(message.stored):
+                self._carry_out(call, transition)  # applied: its effects go out once
+            else:
+                self._refused(call, StoreUnavailableError("the store did not apply the write"))
+        elif isinstance(message.error, StoreUnavailableError):
+            logger.warning(
+                "session %s: a write's outcome stayed unknown past the store's lease; "
+                "letting go (the stored copy stands, a resume takes it over)",
+                self.session_id,
+            )
+            self._refused(call, SessionReplacedError(self.session_id))
+        else:
+            self._refused(call, message.error or RuntimeError("a fence gave nothing"))
+        self._go_on()
 
     def _taken_over(self) -> bool:
         """Whether the store says another process owns this session now."""

@@ -220,7 +220,23 @@ class BatchingStore(SessionStore, Protocol):
     def commit_many(self, commits: Sequence[Commit]) -> list[BaseException | None]:
         """Apply each commit as `SessionStore.commit` would, each whole or not at
         all, together (one round trip); for each, ``None`` (applied) or its
-        refusal. Raises `StoreUnavailableError` if none could be answered."""
+        refusal. Raises `StoreUnavailableError` if none could be answered.
+
+        A commit whose request was sent but whose answer was lost is answered
+        `StoreOutcomeUnknownError` (applied or not, nobody knows yet): see
+        `fence`."""
+
+    def fence(self, session_id: str, epoch: int, nonce: str) -> StoredSession:
+        """End every write of ``epoch`` still on its way to the store, and read
+        the session as it is now (fields only: ``events`` empty).
+
+        ``nonce`` names this fence: sent again with it (its own answer lost),
+        a fence that was applied answers the same, not "replaced".
+
+        The owner's next epoch (the lease renewed), so a commit of ``epoch``
+        that reaches the store later is refused; `SessionReplacedError` if
+        ``epoch`` is not the owner's any more (as its commit would be).
+        """
 
 
 #: How a committer answers one commit: ``None`` (durable) or why not.
@@ -240,9 +256,14 @@ class Committer(Protocol):
         answer: Callable[[object, BaseException | None], None] | None,
         *,
         what: str,
+        retry_for_s: float = 0.0,
     ) -> None:
         """Run ``fn``, another store call, after the commits queued before it;
-        ``answer(result, error)`` on the loop after (none: an error is logged)."""
+        ``answer(result, error)`` on the loop after (none: an error is logged).
+
+        ``retry_for_s`` > 0: while ``fn`` raises `StoreUnavailableError` it is
+        run again after a backoff (a timer: the other calls go on meanwhile),
+        until it answers or that long has passed."""
 
 
 def identity_fingerprint(identity: object) -> str | None:
@@ -459,6 +480,29 @@ class StoreBinding:
             settles=settles,
             client_seq=client_seq,
         )
+
+    def settle(self, fenced: StoredSession) -> bool:
+        """Whether the commit `prepare` returned last, answered
+        `StoreOutcomeUnknownError`, was applied: ``fenced`` is the session as
+        `BatchingStore.fence` read it (at the owner's next epoch, taken here).
+
+        Why this decides it under every interleaving: the fence ran after
+        that commit or fenced it out for good (its epoch is refused from now
+        on), and this owner writes one commit at a time, so the stored fields
+        are either the prepared record (applied: confirmed, its effects may go
+        out) or the last confirmed one (never applied: the caller undoes it).
+        The two differ (else `prepare` had nothing to write): in the fields,
+        or in ``next_sequence``, which a commit with events moves.
+        """
+        prepared = self._prepared
+        assert prepared is not None  # noqa: S101 - only after a prepare that wrote
+        self.epoch = fenced.epoch
+        stored = fenced.record
+        if stored.next_sequence == prepared.next_sequence and _same_fields(stored, prepared):
+            self.confirm()
+            return True
+        self._prepared = None
+        return False
 
     def confirm(self) -> None:
         """The store applied what `prepare` returned last: it is the base now."""

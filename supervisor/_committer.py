@@ -18,7 +18,11 @@ A session has at most one commit in flight, so its commits and effects keep
 their order; across sessions they batch. Each commit is answered alone: one
 session's refusal touches no other. A store that cannot be reached answers
 the whole batch `StoreUnavailableError` (each session undoes its transition,
-as a synchronous write would).
+as a synchronous write would), or `StoreOutcomeUnknownError` when the batch
+had left (a reply lost): each of those sessions holds and asks for a fence
+(`BatchingStore.fence`) through `StoreCommitter.call` with ``retry_for_s``,
+which this thread tries again on a timer of its own while the store is away,
+writing the other calls meanwhile.
 
 Why a thread and not redis-py's asyncio client on the loop: the loop may be
 trio's (or a door's own thread), where asyncio's streams do not run; one
@@ -29,8 +33,10 @@ thread per registry works under all of them, and its cost is one loop
 from __future__ import annotations
 
 import functools
+import heapq
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -38,12 +44,17 @@ from actors._errors import StoreError, StoreUnavailableError
 from actors._ports import LoopPort
 from actors._store import BatchingStore, Commit, CommitAnswer
 
-__all__ = ["MAX_BATCH", "CallAnswer", "StoreCommitter"]
+__all__ = ["MAX_BATCH", "RETRY_FIRST_S", "RETRY_MAX_S", "CallAnswer", "StoreCommitter"]
 
 logger = logging.getLogger("duplex_supervisor.supervisor")
 
 #: Commits sent in one round trip at most (a longer queue takes several).
 MAX_BATCH = 512
+
+#: A call retried while the store is unreachable waits this long first, then
+#: twice as long each time, up to `RETRY_MAX_S`.
+RETRY_FIRST_S = 0.05
+RETRY_MAX_S = 1.0
 
 #: How `StoreCommitter.call` answers: the call's result, or its error.
 CallAnswer = Callable[[Any, BaseException | None], None]
@@ -52,12 +63,17 @@ CallAnswer = Callable[[Any, BaseException | None], None]
 class _Call:
     """Another store call for the thread (a sweep's renewals, a delete)."""
 
-    __slots__ = ("answer", "fn", "what")
+    __slots__ = ("answer", "delay_s", "fn", "give_up_at", "what")
 
-    def __init__(self, fn: Callable[[], Any], answer: CallAnswer | None, what: str) -> None:
+    def __init__(
+        self, fn: Callable[[], Any], answer: CallAnswer | None, what: str, give_up_at: float
+    ) -> None:
         self.fn = fn
         self.answer = answer
         self.what = what
+        #: While the store is unreachable, tried again until then (monotonic).
+        self.give_up_at = give_up_at
+        self.delay_s = RETRY_FIRST_S
 
 
 _Item = tuple[Commit, CommitAnswer] | _Call
@@ -71,6 +87,9 @@ class StoreCommitter:
         self._port = port
         self._name = name
         self._queue: list[_Item] = []
+        #: Calls waiting to be tried again: (when, tie-breaker, call).
+        self._later: list[tuple[float, int, _Call]] = []
+        self._tries = 0
         self._wake = threading.Condition(threading.Lock())
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -86,13 +105,26 @@ class StoreCommitter:
             closed = StoreUnavailableError("the registry's store committer is closed")
             self._port.submit(lambda: answer(closed))
 
-    def call(self, fn: Callable[[], Any], answer: CallAnswer | None, *, what: str) -> None:
+    def call(
+        self,
+        fn: Callable[[], Any],
+        answer: CallAnswer | None,
+        *,
+        what: str,
+        retry_for_s: float = 0.0,
+    ) -> None:
         """Run ``fn`` (a store call) on the thread, after the commits queued before it.
 
         ``answer(result, error)`` runs on the loop after; without one, a
         `StoreError` is logged (``what`` names the call) and the result dropped.
+        ``retry_for_s`` > 0: while ``fn`` raises `StoreUnavailableError` it is
+        queued again after a backoff (`RETRY_FIRST_S` doubling to
+        `RETRY_MAX_S`: a timer of this thread, which writes the other calls
+        meanwhile), until it answers or ``retry_for_s`` passed (or the
+        committer closes): then its last error is the answer.
         """
-        if not self._queued(_Call(fn, answer, what)) and answer is not None:
+        call = _Call(fn, answer, what, time.monotonic() + retry_for_s)
+        if not self._queued(call) and answer is not None:
             closed = StoreUnavailableError("the registry's store committer is closed")
             self._port.submit(lambda: answer(None, closed))
 
@@ -111,9 +143,10 @@ class StoreCommitter:
         return False
 
     def in_flight(self) -> int:
-        """Commits (and other store calls) queued or being written now."""
+        """Commits (and other store calls) queued, waiting to be tried again or
+        being written now."""
         with self._wake:
-            return len(self._queue) + self._writing
+            return len(self._queue) + len(self._later) + self._writing
 
     def close(self) -> None:
         """Refuse later submits; the thread writes what is queued, then ends.
@@ -127,8 +160,11 @@ class StoreCommitter:
     def _write(self) -> None:
         while True:
             with self._wake:
-                while not self._queue and not self._closed:
-                    self._wake.wait()
+                while not self._due() and not self._closed:
+                    self._wake.wait(self._later[0][0] - time.monotonic() if self._later else None)
+                if self._closed:  # no more waiting: what waits to be tried again, now
+                    self._queue += [call for _, _, call in self._later]
+                    self._later.clear()
                 if not self._queue:
                     return
                 head = self._queue[0]
@@ -144,6 +180,26 @@ class StoreCommitter:
                 self._writing = 0  # done: before its answers, so none sees it in flight
             if answer is not None:
                 self._answer_on_loop(answer)
+
+    def _due(self) -> bool:
+        """Whether something is queued, once the retries whose time came are."""
+        now = time.monotonic()
+        while self._later and self._later[0][0] <= now:
+            self._queue.append(heapq.heappop(self._later)[2])
+        return bool(self._queue)
+
+    def _later_again(self, call: _Call, error: BaseException) -> bool:
+        """Queue ``call`` to be tried again after its backoff, if it may be."""
+        if not isinstance(error, StoreUnavailableError):
+            return False
+        due = time.monotonic() + call.delay_s
+        with self._wake:
+            if self._closed or due > call.give_up_at:
+                return False
+            call.delay_s = min(RETRY_MAX_S, call.delay_s * 2)
+            self._tries += 1
+            heapq.heappush(self._later, (due, self._tries, call))
+        return True
 
     def _take_commits(self) -> list[tuple[Commit, CommitAnswer]]:
         """The commits at the head of the queue (up to `MAX_BATCH`), taken out."""
@@ -162,6 +218,8 @@ class StoreCommitter:
             result = call.fn()
         except BaseException as exc:  # noqa: BLE001 - answered, or logged below
             error = exc
+            if self._later_again(call, exc):
+                return None
         if call.answer is not None:
             return functools.partial(call.answer, result, error)
         if isinstance(error, StoreError):

@@ -32,10 +32,12 @@ from redis.cluster import ClusterNode, RedisCluster
 
 __all__ = [
     "UNREACHABLE",
+    "Pool",
     "RedisCluster",
     "cluster_client",
     "is_cluster_url",
     "load_script",
+    "nothing_sent",
     "refused_for_replicas",
     "send_scripts",
     "where",
@@ -55,6 +57,29 @@ UNREACHABLE: tuple[type[BaseException], ...] = (
     redis.exceptions.AskError,
     redis.exceptions.RedisClusterException,
 )
+
+
+class Pool(redis.BlockingConnectionPool):
+    """redis-py's blocking pool, marking what it raises while it hands out a
+    connection (none free, a connect refused, a handshake that failed): no
+    command of ours was sent then, so no write can have been applied
+    (`nothing_sent`). A failure after that (a reply lost to a broken
+    connection, a read timeout) leaves a write's outcome unknown."""
+
+    def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
+        except redis.exceptions.RedisError as exc:
+            setattr(exc, _NOTHING_SENT, True)
+            raise
+
+
+_NOTHING_SENT = "_duplex_nothing_sent"
+
+
+def nothing_sent(error: BaseException) -> bool:
+    """Whether ``error`` was raised before a command of ours left (see `Pool`)."""
+    return bool(getattr(error, _NOTHING_SENT, False))
 
 
 def refused_for_replicas(error: BaseException) -> bool:
@@ -110,7 +135,7 @@ def cluster_client(url: str, *, max_connections: int, timeout_s: float) -> Redis
     return RedisCluster(
         url=f"{plain}://{credentials}{host}:{first_port}/0",
         startup_nodes=[ClusterNode(unquote(h), p) for h, p in others],  # type: ignore[no-untyped-call]
-        connection_pool_class=redis.BlockingConnectionPool,
+        connection_pool_class=Pool,
         max_connections=max_connections,
         timeout=timeout_s,
         socket_timeout=timeout_s,

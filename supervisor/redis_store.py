@@ -48,6 +48,7 @@ from actors._errors import (
     DuplicateSessionError,
     GapReason,
     SessionReplacedError,
+    StoreOutcomeUnknownError,
     StoreUnavailableError,
     TokenConflictError,
 )
@@ -67,10 +68,18 @@ DEFAULT_KEY_TTL_S = 24 * 3600.0
 
 _NOW_MS = "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000) "
 
+# ARGV: lease_ms, ttl_ms, the field args ('td' and the token digest first). A
+# create sent again after its answer was lost finds its own session (its token
+# digest, fresh for each create, and epoch 1: nobody wrote since) and answers
+# as the first did.
 _CREATE = (
     _NOW_MS
     + """
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  if redis.call('HGET', KEYS[1], 'td') == ARGV[4]
+     and redis.call('HGET', KEYS[1], 'epoch') == '1' then return 1 end
+  return 0
+end
 redis.call('DEL', KEYS[2], KEYS[3])
 redis.call('HSET', KEYS[1], 'epoch', 1, 'lease_until', now + tonumber(ARGV[1]),
            unpack(ARGV, 3))
@@ -142,6 +151,30 @@ return {redis.call('HGETALL', KEYS[1]), redis.call('XRANGE', KEYS[2], '-', '+')}
 """
 )
 
+# ARGV: epoch, lease_ms, ttl_ms, nonce. The fence's answer may be lost too: a
+# fence sent again with the same nonce finds its own epoch (``fn``) and answers
+# as the first did, never "replaced" by itself.
+_FENCE = (
+    _NOW_MS
+    + """
+local epoch = redis.call('HGET', KEYS[1], 'epoch')
+if not epoch then return -1 end
+local ours = tonumber(epoch) == tonumber(ARGV[1]) + 1
+  and redis.call('HGET', KEYS[1], 'fn') == ARGV[4]
+if not ours then
+  if tonumber(epoch) ~= tonumber(ARGV[1]) then return -2 end
+  if tonumber(redis.call('HGET', KEYS[1], 'lease_until')) < now then return -3 end
+  redis.call('HINCRBY', KEYS[1], 'epoch', 1)
+  redis.call('HSET', KEYS[1], 'fn', ARGV[4])
+end
+redis.call('HSET', KEYS[1], 'lease_until', now + tonumber(ARGV[2]))
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+redis.call('PEXPIRE', KEYS[3], ARGV[3])
+return redis.call('HGETALL', KEYS[1])
+"""
+)
+
 _RENEW = (
     _NOW_MS
     + """
@@ -187,6 +220,15 @@ redis.call('HSET', KEYS[3], ARGV[2], ARGV[1])
 redis.call('PEXPIRE', KEYS[3], ARGV[3])
 return 1
 """
+
+
+#: A pipelined reply that says the connection broke or timed out under it.
+_LOST = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+
+
+def _written(reply: object) -> bool:
+    """A script's reply that says it wrote: a commit's 1, a fence's fields."""
+    return reply == 1 or isinstance(reply, list)
 
 
 def _commit_refusal(outcome: object, session_id: str) -> BaseException | None:
@@ -289,9 +331,13 @@ class RedisStore:
     connection, after the commits), so a replica promoted after its primary
     died holds every event a client was sent. A commit Redis applied but
     fewer than K replicas acknowledged (within half of ``timeout_s``) is
-    answered `StoreUnavailableError`, as a write whose answer was lost: the
-    session does not send its events; the store may hold them, and a resume
-    replays them.
+    answered `StoreOutcomeUnknownError`, as a write whose answer was lost:
+    the session sends none of its events until a fence (`fence`, which waits
+    for K replicas too) says whether the primary that answers then holds it.
+
+    A commit whose answer was lost (the connection broke or timed out after
+    the pipeline left) is `StoreOutcomeUnknownError` too; one that never left
+    (no connection could be had) is `StoreUnavailableError`.
     """
 
     def __init__(
@@ -313,7 +359,7 @@ class RedisStore:
         if max_connections < 1:
             raise ValueError("max_connections must be >= 1")
         self._log = LogLimiter(logger, log_interval_s)
-        self._pool: redis.BlockingConnectionPool | None = None
+        self._pool: _redis_cluster.Pool | None = None
         self._client: redis.Redis | _redis_cluster.RedisCluster
         if _redis_cluster.is_cluster_url(url):
             self.where = _redis_cluster.where(url)
@@ -326,7 +372,7 @@ class RedisStore:
             # threads) borrows a connection per write; past max_connections a
             # thread waits its turn (up to timeout_s)
             # instead of failing, as redis-py's default pool (100) would.
-            self._pool = redis.BlockingConnectionPool.from_url(
+            self._pool = _redis_cluster.Pool.from_url(
                 url,
                 max_connections=max_connections,
                 timeout=timeout_s,
@@ -347,6 +393,7 @@ class RedisStore:
         self._commit = self._client.register_script(_COMMIT)
         self._acquire = self._client.register_script(_ACQUIRE)
         self._renew = self._client.register_script(_RENEW)
+        self._fence = self._client.register_script(_FENCE)
         self._delete = self._client.register_script(_DELETE)
         self._claim_input = self._client.register_script(_CLAIM_INPUT)
         self._bind_identity = self._client.register_script(_BIND_IDENTITY)
@@ -356,10 +403,13 @@ class RedisStore:
         base = f"{self.prefix}{{{session_id}}}"
         return [f"{base}:f", f"{base}:e", f"{base}:i"]
 
-    def _unavailable(self, exc: BaseException) -> StoreUnavailableError:
-        error = StoreUnavailableError(
-            f"Redis at {self.where} is unavailable ({type(exc).__name__})"
-        )
+    def _unavailable(self, exc: BaseException, *, wrote: bool = False) -> StoreUnavailableError:
+        """``wrote``: ``exc`` ended a write; unless it was raised before the
+        write left (`_redis_cluster.nothing_sent`), Redis may have applied it:
+        `StoreOutcomeUnknownError`."""
+        unknown = wrote and not _redis_cluster.nothing_sent(exc)
+        kind = StoreOutcomeUnknownError if unknown else StoreUnavailableError
+        error = kind(f"Redis at {self.where} is unavailable ({type(exc).__name__})")
         self._log.log(
             logging.WARNING,
             "unavailable",
@@ -371,19 +421,19 @@ class RedisStore:
         return error
 
     @contextlib.contextmanager
-    def _reachable(self) -> Iterator[None]:
+    def _reachable(self, *, wrote: bool = False) -> Iterator[None]:
         """Redis unreachable or timing out (a cluster: also failing over), as
-        `StoreUnavailableError`."""
+        `StoreUnavailableError` (``wrote``: see `_unavailable`)."""
         try:
             yield
         except _redis_cluster.UNREACHABLE as exc:
-            raise self._unavailable(exc) from None
+            raise self._unavailable(exc, wrote=wrote) from None
         except redis.exceptions.ResponseError as exc:
             if _redis_cluster.refused_for_replicas(exc):
                 raise self._unavailable(exc) from None
             raise
 
-    def _unreplicated(self) -> StoreUnavailableError:
+    def _unreplicated(self) -> StoreOutcomeUnknownError:
         self._log.log(
             logging.WARNING,
             "unreplicated",
@@ -392,28 +442,32 @@ class RedisStore:
             self.durability_replicas,
             now=time.monotonic(),
         )
-        return StoreUnavailableError(
+        # Applied on the primary, maybe not on the replica a failover promotes:
+        # its outcome is unknown until a fence (with its own WAIT) says.
+        return StoreOutcomeUnknownError(
             f"Redis at {self.where}: fewer than {self.durability_replicas} replicas "
             "acknowledged the commit"
         )
 
-    def _reply(self, reply: Any) -> Any:
+    def _reply(self, reply: Any, *, wrote: bool) -> Any:
         """One pipelined reply; one that says its node cannot serve it (a
         cluster pipeline answers these per command) or that its primary lacks the
-        replicas it requires (NOREPLICAS), as `StoreUnavailableError`."""
+        replicas it requires (NOREPLICAS), as `StoreUnavailableError`. A
+        connection lost or timing out for that command (``wrote``: a write):
+        `StoreOutcomeUnknownError`, unless nothing was sent."""
         if isinstance(reply, _redis_cluster.UNREACHABLE) or (
             isinstance(reply, BaseException) and _redis_cluster.refused_for_replicas(reply)
         ):
-            return self._unavailable(reply)
+            return self._unavailable(reply, wrote=wrote and isinstance(reply, _LOST))
         return reply
 
-    def _run(self, script: Any, keys: list[str], args: list[Any]) -> Any:
+    def _run(self, script: Any, keys: list[str], args: list[Any], *, wrote: bool = False) -> Any:
         """One script call (EVALSHA) on its session's node. A node that lacks the
         script gets it from `_redis_cluster.load_script`, not from redis-py's
         `Script`, whose SCRIPT LOAD goes to every primary of a cluster and fails
         whole while one is down: a call on a healthy primary would then be
         unavailable during another primary's failover."""
-        with self._reachable():
+        with self._reachable(wrote=wrote):
             try:
                 return self._client.evalsha(script.sha, len(keys), *keys, *args)
             except NoScriptError:
@@ -421,10 +475,15 @@ class RedisStore:
                 return self._client.evalsha(script.sha, len(keys), *keys, *args)
 
     def create(self, session_id: str, record: SessionRecord) -> int:
+        """See `SessionStore.create`. Its answer lost (`StoreOutcomeUnknownError`),
+        the same ``record`` sent again answers 1 if the first was applied."""
+        fields = _fields(record)
+        assert fields[0] == "td"  # noqa: S101 - the script reads the digest at ARGV[4]
         created = self._run(
             self._create,
             self._keys(session_id),
-            [self._lease_ms, self._ttl_ms, *_fields(record)],
+            [self._lease_ms, self._ttl_ms, *fields],
+            wrote=True,
         )
         if created != 1:
             raise DuplicateSessionError(session_id)
@@ -441,12 +500,13 @@ class RedisStore:
         Each is its own script, atomic alone (not a transaction across them);
         for each, ``None`` (applied) or its refusal, so one session's refusal
         touches no other. Redis unreachable: `StoreUnavailableError` for all
-        (any of them may have been applied before the connection broke, as
-        with `commit`). A registry writes its sessions' commits through this
-        from a committer thread (`supervisor._committer`), never on its loop.
+        (`StoreOutcomeUnknownError` if the pipeline had left: any of them may
+        have been applied before the connection broke; `fence` tells). A
+        registry writes its sessions' commits through this from a committer
+        thread (`supervisor._committer`), never on its loop.
         """
         calls = [(self._keys(c.session_id), self._commit_args(c)) for c in commits]
-        with self._reachable():
+        with self._reachable(wrote=True):
             outcomes = self._pipelined(self._commit, calls, durable=True)
         return [
             outcome if isinstance(outcome, Exception) else _commit_refusal(outcome, c.session_id)
@@ -492,7 +552,9 @@ class RedisStore:
             wait_ms=self._wait_ms,
         )
         return [
-            self._unreplicated() if reply == 1 and not acked else self._reply(reply)
+            self._unreplicated()
+            if _written(reply) and not acked
+            else self._reply(reply, wrote=durable)
             for reply, acked in zip(replies, acknowledged, strict=True)
         ]
 
@@ -591,6 +653,29 @@ class RedisStore:
                 else:
                     renewed.append(result == 1)
         return renewed
+
+    def fence(self, session_id: str, epoch: int, nonce: str) -> StoredSession:
+        """See `BatchingStore.fence`: one script, the owner's next epoch, the
+        fields as they are (``nonce``: the same for each try of one fence).
+
+        With `durability_replicas` it waits for them as a commit does: a
+        commit found applied is answered only once replicas hold it."""
+        keys = self._keys(session_id)
+        with self._reachable(wrote=True):
+            (reply,) = self._pipelined(
+                self._fence, [(keys, [epoch, self._lease_ms, self._ttl_ms, nonce])], durable=True
+            )
+        if isinstance(reply, BaseException):
+            raise reply
+        if not isinstance(reply, list):
+            raise _commit_refusal(reply, session_id) or RuntimeError("a fence answered 1")
+        raw_fields = dict(zip(reply[::2], reply[1::2], strict=True))
+        return StoredSession(
+            session_id=session_id,
+            epoch=int(raw_fields[b"epoch"]),
+            record=_record(raw_fields),
+            events=(),
+        )
 
     def delete(self, session_id: str, epoch: int) -> None:
         self._run(self._delete, self._keys(session_id), [epoch])
