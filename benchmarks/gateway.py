@@ -31,7 +31,8 @@ import shutil
 import statistics
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -43,6 +44,9 @@ from benchmarks.gateway_server import MODES, RATE_HZ, SHELLS
 __all__ = [
     "RATE_HZ",
     "Point",
+    "Served",
+    "ServerFactory",
+    "benchmark_server",
     "cpu_seconds",
     "gateway",
     "measure_point",
@@ -68,6 +72,8 @@ class Point:
     p99_ms: float = math.nan
     opened: int = 0
     dropped: int = 0
+    #: Events received in the window without the engine's stamp (not `StampedEngine`'s).
+    unstamped: int = 0
     #: Share of one CPU the server process used in the window (threads included).
     server_cpu: float = 0.0
     #: The busiest load generator's share of one CPU (near 1: it was the limit).
@@ -141,6 +147,36 @@ async def _stop(process: trio.Process) -> None:
         await process.wait()
 
 
+@dataclass(frozen=True, slots=True)
+class Served:
+    """A server under load: where clients connect, and the CPU seconds used so
+    far by every process serving them (read at the window's start and end)."""
+
+    url: str
+    cpu_seconds: Callable[[], float]
+
+
+#: Starts a server for one point and stops it after (`benchmark_server`'s shape).
+ServerFactory = Callable[[], AbstractAsyncContextManager[Served]]
+
+
+@asynccontextmanager
+async def benchmark_server(
+    shell: str, mode: str, server_args: Sequence[str] = ()
+) -> AsyncIterator[Served]:
+    """A fresh `benchmarks.gateway_server` process, killed at the block's end."""
+    command = [sys.executable, "-m", "benchmarks.gateway_server", "--shell", shell]
+    command += ["--mode", mode, "--rate", str(RATE_HZ), *server_args]
+    command += os.environ.get("BENCH_SERVER_ARGS", "").split()
+    server, lines = await _start(command, stdin=False)
+    try:
+        with trio.fail_after(30):
+            url = (await lines.next()).split()[-1]
+        yield Served(url, functools.partial(cpu_seconds, server.pid))
+    finally:
+        await _stop(server)
+
+
 async def measure_point(
     shell: str,
     mode: str,
@@ -151,52 +187,51 @@ async def measure_point(
     loaders: int = 1,
     server_args: Sequence[str] = (),
     extra_cpu: Callable[[], float] | None = None,
+    server: ServerFactory | None = None,
 ) -> Point:
     """``clients`` at `RATE_HZ` against a fresh ``shell``/``mode`` server.
 
     ``extra_cpu``: CPU seconds of another process serving the load (read at
-    the window's start and end)."""
+    the window's start and end). ``server``: what serves the point instead of
+    `benchmark_server` (``shell`` and ``mode`` then only label it)."""
     point = Point(shell, mode, clients, clients * RATE_HZ)
     python = sys.executable
-    server_command = [python, "-m", "benchmarks.gateway_server", "--shell", shell]
-    server_command += ["--mode", mode, "--rate", str(RATE_HZ), *server_args]
-    server_command += os.environ.get("BENCH_SERVER_ARGS", "").split()
-    server, server_lines = await _start(server_command, stdin=False)
+    if server is None:
+        server = functools.partial(benchmark_server, shell, mode, server_args)
     generators: list[tuple[trio.Process, _Lines]] = []
-    try:
-        with trio.fail_after(30):
-            url = (await server_lines.next()).split()[-1]
-        shares = [clients // loaders + (i < clients % loaders) for i in range(loaders)]
-        for share in shares:
-            command = [python, "-m", "benchmarks.gateway_load", "--url", url]
-            command += ["--clients", str(share), "--warmup", str(warmup_s)]
-            command += ["--seconds", str(seconds)]
-            generators.append(await _start(command, stdin=True))
-        with trio.fail_after(120):
-            for _, lines in generators:
-                while await lines.next() != "ready":
-                    pass
-        for process, _ in generators:
-            assert process.stdin is not None
-            await process.stdin.send_all(b"go\n")
-        await trio.sleep(warmup_s)
-        cpu_started, started = cpu_seconds(server.pid), trio.current_time()
-        extra_started = extra_cpu() if extra_cpu is not None else 0.0
-        reports: list[dict[str, Any]] = []
-        with trio.fail_after(warmup_s + seconds + 60):
-            for _, lines in generators:
-                reports.append(json.loads(await lines.next()))
-        elapsed = trio.current_time() - started
-        point.server_cpu = (cpu_seconds(server.pid) - cpu_started) / elapsed
-        if extra_cpu is not None:
-            point.extra_cpu = (extra_cpu() - extra_started) / elapsed
-    finally:
-        for process, _ in generators:
-            await _stop(process)
-        await _stop(server)
+    async with server() as served:
+        try:
+            shares = [clients // loaders + (i < clients % loaders) for i in range(loaders)]
+            for share in shares:
+                command = [python, "-m", "benchmarks.gateway_load", "--url", served.url]
+                command += ["--clients", str(share), "--warmup", str(warmup_s)]
+                command += ["--seconds", str(seconds)]
+                generators.append(await _start(command, stdin=True))
+            with trio.fail_after(120):
+                for _, lines in generators:
+                    while await lines.next() != "ready":
+                        pass
+            for process, _ in generators:
+                assert process.stdin is not None
+                await process.stdin.send_all(b"go\n")
+            await trio.sleep(warmup_s)
+            cpu_started, started = served.cpu_seconds(), trio.current_time()
+            extra_started = extra_cpu() if extra_cpu is not None else 0.0
+            reports: list[dict[str, Any]] = []
+            with trio.fail_after(warmup_s + seconds + 60):
+                for _, lines in generators:
+                    reports.append(json.loads(await lines.next()))
+            elapsed = trio.current_time() - started
+            point.server_cpu = (served.cpu_seconds() - cpu_started) / elapsed
+            if extra_cpu is not None:
+                point.extra_cpu = (extra_cpu() - extra_started) / elapsed
+        finally:
+            for process, _ in generators:
+                await _stop(process)
     latencies = [s for report in reports for s in report["latencies_s"]]
     window = max(report["window_s"] for report in reports)
     point.events_per_s = sum(report["received"] for report in reports) / window
+    point.unstamped = sum(report["received"] - report["stamped"] for report in reports)
     if latencies:
         point.p50_ms = pct(latencies, 0.5) * 1e3
         point.p99_ms = pct(latencies, 0.99) * 1e3
@@ -222,6 +257,7 @@ async def measure_sized(
     *,
     server_args: Sequence[str] = (),
     extra_cpu: Callable[[], float] | None = None,
+    server: ServerFactory | None = None,
 ) -> Point:
     """`measure_point` with ``size``'s warm-up, window and load generators."""
     return await measure_point(
@@ -233,6 +269,7 @@ async def measure_sized(
         loaders=size.gateway_loaders,
         server_args=server_args,
         extra_cpu=extra_cpu,
+        server=server,
     )
 
 
