@@ -26,37 +26,23 @@ from __future__ import annotations
 import functools
 import json
 import math
-import os
 import shutil
 import statistics
-import subprocess
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import trio
 
 from benchmarks.common import Result, Size, pct
+from benchmarks.gateway_processes import Lines, ServerFactory, benchmark_server, start, stop
 from benchmarks.gateway_server import MODES, RATE_HZ, SHELLS
 
-__all__ = [
-    "RATE_HZ",
-    "Point",
-    "Served",
-    "ServerFactory",
-    "benchmark_server",
-    "cpu_seconds",
-    "gateway",
-    "measure_point",
-    "measure_sized",
-    "saturate",
-]
+__all__ = ["RATE_HZ", "Point", "gateway", "measure_point", "measure_sized", "saturate"]
 
 P99_LIMIT_MS = 50.0
 HELD_SHARE = 0.95
-_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(slots=True)
@@ -106,77 +92,6 @@ class Point:
         return figures
 
 
-class _Lines:
-    """Lines from a process's stdout."""
-
-    def __init__(self, stream: trio.abc.ReceiveStream) -> None:
-        self._stream = stream
-        self._buffer = b""
-
-    async def next(self) -> str:
-        while b"\n" not in self._buffer:
-            chunk = await self._stream.receive_some()
-            if not chunk:
-                raise EOFError("the process ended")
-            self._buffer += chunk
-        line, _, self._buffer = self._buffer.partition(b"\n")
-        return line.decode()
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS
-
-
-async def _start(command: list[str], *, stdin: bool) -> tuple[trio.Process, _Lines]:
-    process = await trio.lowlevel.open_process(
-        command,
-        stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    assert process.stdout is not None
-    return process, _Lines(process.stdout)
-
-
-async def _stop(process: trio.Process) -> None:
-    with trio.CancelScope(shield=True):
-        if process.returncode is None:
-            process.kill()
-        await process.wait()
-
-
-@dataclass(frozen=True, slots=True)
-class Served:
-    """A server under load: where clients connect, and the CPU seconds used so
-    far by every process serving them (read at the window's start and end)."""
-
-    url: str
-    cpu_seconds: Callable[[], float]
-
-
-#: Starts a server for one point and stops it after (`benchmark_server`'s shape).
-ServerFactory = Callable[[], AbstractAsyncContextManager[Served]]
-
-
-@asynccontextmanager
-async def benchmark_server(
-    shell: str, mode: str, server_args: Sequence[str] = ()
-) -> AsyncIterator[Served]:
-    """A fresh `benchmarks.gateway_server` process, killed at the block's end."""
-    command = [sys.executable, "-m", "benchmarks.gateway_server", "--shell", shell]
-    command += ["--mode", mode, "--rate", str(RATE_HZ), *server_args]
-    command += os.environ.get("BENCH_SERVER_ARGS", "").split()
-    server, lines = await _start(command, stdin=False)
-    try:
-        with trio.fail_after(30):
-            url = (await lines.next()).split()[-1]
-        yield Served(url, functools.partial(cpu_seconds, server.pid))
-    finally:
-        await _stop(server)
-
-
 async def measure_point(
     shell: str,
     mode: str,
@@ -198,7 +113,7 @@ async def measure_point(
     python = sys.executable
     if server is None:
         server = functools.partial(benchmark_server, shell, mode, server_args)
-    generators: list[tuple[trio.Process, _Lines]] = []
+    generators: list[tuple[trio.Process, Lines]] = []
     async with server() as served:
         try:
             shares = [clients // loaders + (i < clients % loaders) for i in range(loaders)]
@@ -206,7 +121,7 @@ async def measure_point(
                 command = [python, "-m", "benchmarks.gateway_load", "--url", served.url]
                 command += ["--clients", str(share), "--warmup", str(warmup_s)]
                 command += ["--seconds", str(seconds)]
-                generators.append(await _start(command, stdin=True))
+                generators.append(await start(command, stdin=True))
             with trio.fail_after(120):
                 for _, lines in generators:
                     while await lines.next() != "ready":
@@ -227,7 +142,7 @@ async def measure_point(
                 point.extra_cpu = (extra_cpu() - extra_started) / elapsed
         finally:
             for process, _ in generators:
-                await _stop(process)
+                await stop(process)
     latencies = [s for report in reports for s in report["latencies_s"]]
     window = max(report["window_s"] for report in reports)
     point.events_per_s = sum(report["received"] for report in reports) / window

@@ -39,7 +39,8 @@ from contextlib import asynccontextmanager
 import trio
 
 from benchmarks.common import Result, Size
-from benchmarks.gateway import RATE_HZ, Point, Served, cpu_seconds, measure_sized, saturate
+from benchmarks.gateway import RATE_HZ, Point, measure_sized, saturate
+from benchmarks.gateway_processes import Served, cpu_seconds
 from supervisor._serve_workers import WorkerPool
 from supervisor.gateway._servers import listening_socket
 
