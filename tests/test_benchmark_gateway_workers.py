@@ -10,15 +10,12 @@ sides and their ratios.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 from benchmarks.gateway_workers import WORKERS, connections_per_process
-from tests.redis_support import redis_binary
+from tests.benchmark_support import run_quick_with_redis
 
 
 def test_connections_are_counted_for_the_process_that_accepted_them() -> None:
@@ -37,21 +34,11 @@ def test_connections_are_counted_for_the_process_that_accepted_them() -> None:
 
 
 def test_quick_mode_measures_two_workers_beside_one(tmp_path: Path) -> None:
-    redis_binary()  # the scenario starts its own: skipped (failed in CI) without one
-    out = tmp_path / "bench.json"
-    done = subprocess.run(  # noqa: S603 - our own interpreter and module
-        [sys.executable, "-m", "benchmarks", "--quick", "--only", "gateway_workers", "--json", out],
-        capture_output=True,
-        timeout=110,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr.decode()[-2000:]
-    units = {line[:34].strip(): line[48:71].strip() for line in done.stdout.decode().splitlines()}
+    units, entry = run_quick_with_redis("gateway_workers", tmp_path)
     assert units["gateway_workers/trio"] == "events/s at saturation"
     assert units["gateway_workers/trio 100 clients"] == f"events/s, {WORKERS} workers"
     assert units["gateway_workers/trio CPU"] == "CPU us/event, workers"
     assert units["gateway_workers/trio spread"] == "largest worker's share"
-    entry = json.loads(out.read_text())["scenarios"]["gateway_workers"]["trio"]
     assert entry["workers"] == WORKERS
     (load,) = entry["loads"].values()
     for key in ("events_per_s", "one_worker_events_per_s", "cpu_us_per_event"):
