@@ -3,8 +3,11 @@
 Runs every scenario, each beside its reference measured in the same run, and
 prints one table. Every scenario runs in this process except ``gateway``,
 which starts a server process and load generator processes per load
-(`benchmarks.gateway`), and ``gateway_bus``, which does the same with engine
-worker processes and a redis-server besides (`benchmarks.gateway_bus`).
+(`benchmarks.gateway`); ``gateway_bus``, which does the same with engine
+worker processes and a redis-server besides (`benchmarks.gateway_bus`); and
+``gateway_workers``, the same load against ``serve --workers 2`` beside
+``serve --workers 1`` on one redis-server, their saturation's ratio and how
+evenly the kernel spread the connections (`benchmarks.gateway_workers`).
 Ratios: reference / ours for latencies, ours / reference for throughputs, so
 higher is better. No number is asserted.
 """
@@ -24,6 +27,7 @@ import trio
 from benchmarks.common import FULL, QUICK, Result, Size
 from benchmarks.gateway import gateway
 from benchmarks.gateway_bus import gateway_bus
+from benchmarks.gateway_workers import gateway_workers
 from benchmarks.hot_path import send_latency, throughput
 from benchmarks.isolation import engine_threads, slow_client, thread_send_latency
 from benchmarks.lifecycle import (
@@ -47,6 +51,7 @@ SCENARIOS: dict[str, Callable[[Size], Awaitable[list[Result]]]] = {
     "restart": restart,
     "gateway": gateway,
     "gateway_bus": gateway_bus,
+    "gateway_workers": gateway_workers,
 }
 
 

@@ -49,6 +49,10 @@ class Size:
     gateway_loaders: int
     #: Interleaved pairs (sessions in memory, in Redis) per load, trio shell.
     gateway_redis_pairs: int = 3
+    #: Clients measured first per worker count (``gateway_workers``), then searched from.
+    gateway_workers_loads: tuple[int, ...] = (100, 400)
+    #: Loads measured past them per worker count to find the most clients held.
+    gateway_workers_steps: int = 5
 
 
 FULL = Size(
@@ -81,6 +85,8 @@ QUICK = Size(
     gateway_max_clients=100,
     gateway_loaders=1,
     gateway_redis_pairs=1,
+    gateway_workers_loads=(100,),
+    gateway_workers_steps=0,
 )
 
 

@@ -26,10 +26,8 @@ from __future__ import annotations
 import functools
 import json
 import math
-import os
 import shutil
 import statistics
-import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -38,21 +36,13 @@ from typing import Any
 import trio
 
 from benchmarks.common import Result, Size, pct
+from benchmarks.gateway_processes import Lines, ServerFactory, benchmark_server, start, stop
 from benchmarks.gateway_server import MODES, RATE_HZ, SHELLS
 
-__all__ = [
-    "RATE_HZ",
-    "Point",
-    "cpu_seconds",
-    "gateway",
-    "measure_point",
-    "measure_sized",
-    "saturate",
-]
+__all__ = ["RATE_HZ", "Point", "gateway", "measure_point", "measure_sized", "saturate"]
 
 P99_LIMIT_MS = 50.0
 HELD_SHARE = 0.95
-_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(slots=True)
@@ -68,6 +58,8 @@ class Point:
     p99_ms: float = math.nan
     opened: int = 0
     dropped: int = 0
+    #: Events received in the window without the engine's stamp (not `StampedEngine`'s).
+    unstamped: int = 0
     #: Share of one CPU the server process used in the window (threads included).
     server_cpu: float = 0.0
     #: The busiest load generator's share of one CPU (near 1: it was the limit).
@@ -100,47 +92,6 @@ class Point:
         return figures
 
 
-class _Lines:
-    """Lines from a process's stdout."""
-
-    def __init__(self, stream: trio.abc.ReceiveStream) -> None:
-        self._stream = stream
-        self._buffer = b""
-
-    async def next(self) -> str:
-        while b"\n" not in self._buffer:
-            chunk = await self._stream.receive_some()
-            if not chunk:
-                raise EOFError("the process ended")
-            self._buffer += chunk
-        line, _, self._buffer = self._buffer.partition(b"\n")
-        return line.decode()
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS
-
-
-async def _start(command: list[str], *, stdin: bool) -> tuple[trio.Process, _Lines]:
-    process = await trio.lowlevel.open_process(
-        command,
-        stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    assert process.stdout is not None
-    return process, _Lines(process.stdout)
-
-
-async def _stop(process: trio.Process) -> None:
-    with trio.CancelScope(shield=True):
-        if process.returncode is None:
-            process.kill()
-        await process.wait()
-
-
 async def measure_point(
     shell: str,
     mode: str,
@@ -151,52 +102,51 @@ async def measure_point(
     loaders: int = 1,
     server_args: Sequence[str] = (),
     extra_cpu: Callable[[], float] | None = None,
+    server: ServerFactory | None = None,
 ) -> Point:
     """``clients`` at `RATE_HZ` against a fresh ``shell``/``mode`` server.
 
     ``extra_cpu``: CPU seconds of another process serving the load (read at
-    the window's start and end)."""
+    the window's start and end). ``server``: what serves the point instead of
+    `benchmark_server` (``shell`` and ``mode`` then only label it)."""
     point = Point(shell, mode, clients, clients * RATE_HZ)
     python = sys.executable
-    server_command = [python, "-m", "benchmarks.gateway_server", "--shell", shell]
-    server_command += ["--mode", mode, "--rate", str(RATE_HZ), *server_args]
-    server_command += os.environ.get("BENCH_SERVER_ARGS", "").split()
-    server, server_lines = await _start(server_command, stdin=False)
-    generators: list[tuple[trio.Process, _Lines]] = []
-    try:
-        with trio.fail_after(30):
-            url = (await server_lines.next()).split()[-1]
-        shares = [clients // loaders + (i < clients % loaders) for i in range(loaders)]
-        for share in shares:
-            command = [python, "-m", "benchmarks.gateway_load", "--url", url]
-            command += ["--clients", str(share), "--warmup", str(warmup_s)]
-            command += ["--seconds", str(seconds)]
-            generators.append(await _start(command, stdin=True))
-        with trio.fail_after(120):
-            for _, lines in generators:
-                while await lines.next() != "ready":
-                    pass
-        for process, _ in generators:
-            assert process.stdin is not None
-            await process.stdin.send_all(b"go\n")
-        await trio.sleep(warmup_s)
-        cpu_started, started = cpu_seconds(server.pid), trio.current_time()
-        extra_started = extra_cpu() if extra_cpu is not None else 0.0
-        reports: list[dict[str, Any]] = []
-        with trio.fail_after(warmup_s + seconds + 60):
-            for _, lines in generators:
-                reports.append(json.loads(await lines.next()))
-        elapsed = trio.current_time() - started
-        point.server_cpu = (cpu_seconds(server.pid) - cpu_started) / elapsed
-        if extra_cpu is not None:
-            point.extra_cpu = (extra_cpu() - extra_started) / elapsed
-    finally:
-        for process, _ in generators:
-            await _stop(process)
-        await _stop(server)
+    if server is None:
+        server = functools.partial(benchmark_server, shell, mode, server_args)
+    generators: list[tuple[trio.Process, Lines]] = []
+    async with server() as served:
+        try:
+            shares = [clients // loaders + (i < clients % loaders) for i in range(loaders)]
+            for share in shares:
+                command = [python, "-m", "benchmarks.gateway_load", "--url", served.url]
+                command += ["--clients", str(share), "--warmup", str(warmup_s)]
+                command += ["--seconds", str(seconds)]
+                generators.append(await start(command, stdin=True))
+            with trio.fail_after(120):
+                for _, lines in generators:
+                    while await lines.next() != "ready":
+                        pass
+            for process, _ in generators:
+                assert process.stdin is not None
+                await process.stdin.send_all(b"go\n")
+            await trio.sleep(warmup_s)
+            cpu_started, started = served.cpu_seconds(), trio.current_time()
+            extra_started = extra_cpu() if extra_cpu is not None else 0.0
+            reports: list[dict[str, Any]] = []
+            with trio.fail_after(warmup_s + seconds + 60):
+                for _, lines in generators:
+                    reports.append(json.loads(await lines.next()))
+            elapsed = trio.current_time() - started
+            point.server_cpu = (served.cpu_seconds() - cpu_started) / elapsed
+            if extra_cpu is not None:
+                point.extra_cpu = (extra_cpu() - extra_started) / elapsed
+        finally:
+            for process, _ in generators:
+                await stop(process)
     latencies = [s for report in reports for s in report["latencies_s"]]
     window = max(report["window_s"] for report in reports)
     point.events_per_s = sum(report["received"] for report in reports) / window
+    point.unstamped = sum(report["received"] - report["stamped"] for report in reports)
     if latencies:
         point.p50_ms = pct(latencies, 0.5) * 1e3
         point.p99_ms = pct(latencies, 0.99) * 1e3
@@ -222,6 +172,7 @@ async def measure_sized(
     *,
     server_args: Sequence[str] = (),
     extra_cpu: Callable[[], float] | None = None,
+    server: ServerFactory | None = None,
 ) -> Point:
     """`measure_point` with ``size``'s warm-up, window and load generators."""
     return await measure_point(
@@ -233,6 +184,7 @@ async def measure_sized(
         loaders=size.gateway_loaders,
         server_args=server_args,
         extra_cpu=extra_cpu,
+        server=server,
     )
 
 

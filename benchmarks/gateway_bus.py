@@ -39,7 +39,8 @@ from typing import TYPE_CHECKING
 import trio
 
 from benchmarks.common import Result, Size
-from benchmarks.gateway import RATE_HZ, Point, cpu_seconds, measure_sized
+from benchmarks.gateway import RATE_HZ, Point, measure_sized
+from benchmarks.gateway_processes import cpu_seconds
 from supervisor._demo_workers import worker_command
 
 if TYPE_CHECKING:

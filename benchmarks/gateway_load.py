@@ -7,8 +7,9 @@ ours, so parsing costs the generator as little as pure Python allows), opens
 a session on each (``session.open``, waits for ``session.created``), prints
 ``ready`` and waits for a ``go`` line on stdin. Then it lets ``--warmup``
 seconds pass and counts, for ``--seconds``, every event received
-(``server_event_seq``) and its latency: the receive time minus the ``t``
-the server's engine stamped just before it called its send, both
+(``server_event_seq``), those that carry a stamp, and their latency: the
+receive time minus the ``t`` the server's engine stamped just before it
+called its send, both
 ``time.monotonic()`` (one system-wide clock on Linux). Clients ack every
 20 events, as a real client would. At the end each client sends
 ``session.close``; one JSON line on stdout holds the figures, including the
@@ -235,6 +236,7 @@ async def run(url: str, clients: int, warmup: float, seconds: float) -> dict[str
         "opened": len(crowd),
         "dropped": dropped,
         "received": tally.received,
+        "stamped": tally.seen,
         "window_s": elapsed,
         "loader_cpu": cpu / elapsed,
         "latencies_s": tally.latencies,

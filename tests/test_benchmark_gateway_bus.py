@@ -8,30 +8,17 @@ events and that the table and the JSON carry both sides and their ratios.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 from benchmarks.gateway_bus import WORKERS
-from tests.redis_support import redis_binary
+from tests.benchmark_support import run_quick_with_redis
 
 
 def test_quick_mode_measures_the_bus_beside_the_in_process_engine(tmp_path: Path) -> None:
-    redis_binary()  # the scenario starts its own: skipped (failed in CI) without one
-    out = tmp_path / "bench.json"
-    done = subprocess.run(  # noqa: S603 - our own interpreter and module
-        [sys.executable, "-m", "benchmarks", "--quick", "--only", "gateway_bus", "--json", out],
-        capture_output=True,
-        timeout=110,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr.decode()[-2000:]
-    units = {line[:34].strip(): line[48:71].strip() for line in done.stdout.decode().splitlines()}
+    units, entry = run_quick_with_redis("gateway_bus", tmp_path)
     assert units["gateway_bus/trio 100 clients"] == "events/s, bus"
     assert units["gateway_bus/trio 100 clients p99"] == "ms p99, bus"
     assert units["gateway_bus/trio"] == "CPU us/event, all procs"
-    entry = json.loads(out.read_text())["scenarios"]["gateway_bus"]["trio"]
     assert entry["workers"] == WORKERS
     (load,) = entry["loads"].values()
     for key in ("events_per_s", "p99_ms", "inprocess_events_per_s", "inprocess_p99_ms"):
