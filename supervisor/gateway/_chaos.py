@@ -433,9 +433,13 @@ class _Client:
             self._count_failure(f"http_{exc.status}")
         except _StoreAwayError:
             self._count_failure("store_unavailable")
-        except (WireClosedError, trio.BrokenResourceError, _RefusedError) as exc:
-            if not isinstance(exc, _RefusedError):  # a refusal's error frame was counted
-                self._count_failure(type(exc).__name__)
+        except WireClosedError as exc:
+            # Its close code and reason say whose failure it was (4000 replaced...).
+            self._count_failure(f"closed {exc.code} {exc.reason or ''}".strip())
+        except trio.BrokenResourceError as exc:
+            self._count_failure(type(exc).__name__)
+        except _RefusedError:
+            pass  # a refusal's error frame was counted
         finally:
             if self.ws is not None:
                 with trio.CancelScope(shield=True):
