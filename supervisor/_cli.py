@@ -30,6 +30,7 @@ from supervisor._demo_processes import (
     listening_url,
     local_redis,
     local_redis_server,
+    reap,
     run_processes_demo,
     serve_command,
 )
@@ -454,11 +455,7 @@ async def _demo_in_process(args: argparse.Namespace, console: Console, server: s
                 await process.wait()
             nursery.cancel_scope.cancel()
     finally:
-        if process.returncode is None:
-            process.kill()
-        with trio.CancelScope(shield=True):
-            await process.wait()
-            await process.stderr.aclose()
+        await reap(process)
     if process.returncode != 0:
         raise ValueError(f"the {server} server exited {process.returncode} after SIGTERM")
     return _finish(args, report, None)

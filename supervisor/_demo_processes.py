@@ -158,6 +158,17 @@ async def listening_url(stream: trio.abc.ReceiveStream) -> str:
     return line.rsplit(" ", 1)[-1]
 
 
+async def reap(process: trio.Process) -> None:
+    """Kill ``process`` if it still runs, wait for it and close its stderr,
+    shielded: a cancelled caller leaves no child and no open pipe behind."""
+    if process.returncode is None:
+        process.kill()
+    with trio.CancelScope(shield=True):
+        await process.wait()
+        if process.stderr is not None:
+            await process.stderr.aclose()
+
+
 async def drain(stream: trio.abc.ReceiveStream) -> None:
     """Read ``stream`` to its end (a child's log, so its pipe never fills)."""
     while await stream.receive_some():

@@ -46,6 +46,7 @@ from wsproto.events import (
 )
 
 from supervisor._cli_flags import SECRET_ENV
+from supervisor._demo_processes import reap
 
 #: Every attack test body runs under ``trio.fail_after(LIMIT)`` (real time).
 LIMIT = 30.0
@@ -360,11 +361,7 @@ async def server_process(
             assert process.returncode == expected, (process.returncode, text[-3000:])
             assert "Traceback" not in text, text[-3000:]
     finally:
-        if process.returncode is None:
-            process.kill()
-        with trio.CancelScope(shield=True):
-            await process.wait()
-            await process.stderr.aclose()
+        await reap(process)
 
 
 async def http_get(host: str, port: int, path: str) -> tuple[int, str]:

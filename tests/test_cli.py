@@ -21,6 +21,7 @@ import trio
 from supervisor._actor import DEFAULT_PASSIVATE_AFTER_S
 from supervisor._cli import _gateway_config
 from supervisor._cli_flags import SECRET_ENV, parser
+from supervisor._demo_processes import reap
 from supervisor.gateway._registry import registry_options_for
 from supervisor.gateway._server import GatewayConfig
 from supervisor.gateway._wire_client import WireClient
@@ -253,11 +254,7 @@ async def _serve_process(command: list[str]) -> AsyncIterator[_Served]:
         while chunk := await process.stderr.receive_some():
             log += chunk
     finally:
-        if process.returncode is None:
-            process.kill()
-        with trio.CancelScope(shield=True):
-            await process.wait()
-            await process.stderr.aclose()
+        await reap(process)
 
 
 async def test_serve_on_sigint_closes_connections_going_away() -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from supervisor._demo_processes import reap
 from supervisor.gateway._demo_page import client_module_source
 from tests.attack_support import http_get, server_process
 
@@ -74,8 +75,4 @@ async def test_demo_browser_serves_the_page_and_stays_up_until_interrupted() -> 
             process.send_signal(signal.SIGINT)
             assert await process.wait() == 130
     finally:
-        if process.returncode is None:
-            process.kill()
-        with trio.CancelScope(shield=True):
-            await process.wait()
-            await process.stderr.aclose()
+        await reap(process)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import trio
 
+from supervisor._demo_processes import reap
 from supervisor.gateway._wire_client import WireClient
 from tests.gateway_support import Frame, read_until, read_until_closed, seqs
 from tests.test_cli import _env
@@ -74,11 +75,7 @@ async def serving_workers(command: list[str]) -> AsyncIterator[Workers]:
             with trio.fail_after(60):
                 await process.wait()
     finally:
-        if process.returncode is None:
-            process.kill()
-        with trio.CancelScope(shield=True):
-            await process.wait()
-            await process.stderr.aclose()
+        await reap(process)
 
 
 def free_ports(count: int) -> int:
