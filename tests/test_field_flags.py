@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
+from pathlib import Path
 
 import pytest
 
@@ -88,3 +90,25 @@ def test_a_default_changed_in_the_dataclass_shows_in_help_and_parsed_value(
     assert help_line is not None
     assert help_line.endswith(written)
     assert written in _help("serve", monkeypatch)
+
+
+def _readme_limits() -> dict[str, str]:
+    """The README's serve limits table: flag -> the default it names."""
+    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    table = readme.split("| flag | default | past it |", 1)[1].split("\n\n", 1)[0]
+    found: dict[str, str] = {}
+    for row in re.findall(r"^\| (`--.+?) \| (.+?) \|", table, re.MULTILINE):
+        flags = re.findall(r"`(--[a-z-]+)`", row[0])
+        defaults = [d.strip().removesuffix(" s") for d in row[1].split(" / ")]
+        if len(flags) == len(defaults):
+            found.update(zip(flags, defaults, strict=True))
+    return found
+
+
+def test_the_readmes_limits_table_names_the_dataclass_defaults() -> None:
+    table = _readme_limits()
+    generated = {flag_name(f, spec): f.default for f, spec in flag_fields(GatewayConfig)}
+    named = set(table) & set(generated)
+    assert len(named) >= 20
+    for flag in named:
+        assert table[flag] == shown_default(generated[flag]), flag
