@@ -208,12 +208,7 @@ def _chaos_config(args: argparse.Namespace) -> ChaosConfig:
     return ChaosConfig(
         clients=args.clients,
         duration_s=args.duration,
-        drop_rate=args.drop_rate,
-        max_reconnect_delay_s=args.max_reconnect_delay,
-        input_rate_hz=args.input_rate,
-        ack_every=args.ack_every,
-        audio_rate_hz=args.audio_rate,
-        seed=args.seed,
+        **field_values(args, ChaosConfig),
         secret=read_secret(args) if args.command == "chaos" else None,
         ca_file=getattr(args, "ca_file", None),
     )
@@ -314,10 +309,7 @@ def _verdict(
 
 
 def _engine_config(args: argparse.Namespace) -> EngineConfig:
-    return EngineConfig(
-        event_rate_hz=args.event_rate,
-        delta_chars=args.delta_chars,
-    )
+    return EngineConfig(**field_values(args, EngineConfig))
 
 
 async def _demo(args: argparse.Namespace) -> int:

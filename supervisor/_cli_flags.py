@@ -14,7 +14,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from supervisor._flag_spec import flag_fields, flag_name, help_text
+from supervisor.gateway._chaos import ChaosConfig
 from supervisor.gateway._config import GatewayConfig
+from supervisor.gateway._engine import EngineConfig
 from supervisor.gateway._logs import LOG_FORMATS
 from supervisor.gateway._servers import SERVER_ALIASES, SERVERS
 
@@ -235,6 +237,8 @@ def _non_negative(text: str) -> float:
 _PARSERS: dict[str, Callable[[str], object] | None] = {
     "int": _positive(int),
     "float": _positive(float),
+    "integer": int,
+    "non-negative": _non_negative,
     "str": None,
     "port": _port,
     "bytes": byte_size,
@@ -273,20 +277,7 @@ def field_values(args: argparse.Namespace, config: type) -> dict[str, Any]:
 
 def _add_engine_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("demo engine")
-    group.add_argument(
-        "--event-rate",
-        type=_non_negative,
-        default=20.0,
-        metavar="HZ",
-        help="events per second each session's engine streams, attached or not (default 20)",
-    )
-    group.add_argument(
-        "--delta-chars",
-        type=_positive(int),
-        default=24,
-        metavar="N",
-        help="characters of text per streamed delta (default 24)",
-    )
+    add_field_flags(group, EngineConfig, "demo engine")
     add_field_flags(group, GatewayConfig, "demo engine")
 
 
@@ -305,47 +296,7 @@ def _add_chaos_flags(parser: argparse.ArgumentParser, *, clients: int, duration:
         metavar="SECONDS",
         help=f"how long the clients stream before closing (default {duration:g})",
     )
-    group.add_argument(
-        "--drop-rate",
-        type=_non_negative,
-        default=0.5,
-        metavar="PER_SECOND",
-        help="chance per second that a client cuts its TCP connection (default 0.5)",
-    )
-    group.add_argument(
-        "--max-reconnect-delay",
-        type=_non_negative,
-        default=0.5,
-        metavar="SECONDS",
-        help="a cut client waits a random delay up to this before resuming (default 0.5)",
-    )
-    group.add_argument(
-        "--input-rate",
-        type=_non_negative,
-        default=1.0,
-        metavar="HZ",
-        help="inputs per second each client sends; each must be answered once (default 1)",
-    )
-    group.add_argument(
-        "--ack-every",
-        type=_positive(int),
-        default=10,
-        metavar="N",
-        help="clients acknowledge after every N events (default 10)",
-    )
-    group.add_argument(
-        "--audio-rate",
-        type=_non_negative,
-        default=10.0,
-        metavar="HZ",
-        help=(
-            "binary audio chunks per second each client streams; each must be "
-            "received once (default 10)"
-        ),
-    )
-    group.add_argument(
-        "--seed", type=int, default=0, help="seed of every random choice (default 0)"
-    )
+    add_field_flags(group, ChaosConfig, "chaos clients")
     group.add_argument(
         "--json",
         action="store_true",

@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from supervisor._cli import _gateway_config
-from supervisor._cli_flags import parser
+from supervisor._cli import _chaos_config, _engine_config, _gateway_config
+from supervisor._cli_flags import SECRET_ENV, parser
 from supervisor._flag_spec import flag_fields, flag_name, shown_default, shown_size
+from supervisor.gateway._chaos import ChaosConfig
 from supervisor.gateway._config import GatewayConfig
+from supervisor.gateway._engine import EngineConfig
 
 
 def _subcommand(name: str) -> argparse.ArgumentParser:
@@ -30,7 +32,8 @@ def _help(command: str, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 def _parsed(command: str) -> argparse.Namespace:
-    return parser().parse_args([command, *(["--bus", "redis://h"] if command == "worker" else [])])
+    needed = {"worker": ["--bus", "redis://h"], "chaos": ["ws://h:1/v1"]}
+    return parser().parse_args([command, *needed.get(command, [])])
 
 
 def _dest(field: dataclasses.Field[object]) -> str:
@@ -45,14 +48,26 @@ def test_every_flag_field_of_the_gateway_config_is_a_serve_flag() -> None:
     assert {flag_name(field, spec) for field, spec in fields} <= flags
 
 
-@pytest.mark.parametrize("command", ["serve", "demo", "worker"])
+@pytest.mark.parametrize(
+    ("command", "config", "least"),
+    [
+        ("serve", GatewayConfig, 30),
+        ("serve", EngineConfig, 2),
+        ("demo", GatewayConfig, 1),
+        ("demo", EngineConfig, 2),
+        ("demo", ChaosConfig, 6),
+        ("chaos", ChaosConfig, 6),
+        ("worker", GatewayConfig, 1),
+        ("worker", EngineConfig, 2),
+    ],
+)
 def test_every_generated_flag_has_the_dataclass_default(
-    command: str, monkeypatch: pytest.MonkeyPatch
+    command: str, config: type, least: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     args = _parsed(command)
     shown = _help(command, monkeypatch)
     checked = 0
-    for field in dataclasses.fields(GatewayConfig):
+    for field in dataclasses.fields(config):
         if "flag" not in field.metadata or not hasattr(args, _dest(field)):
             continue
         checked += 1
@@ -60,36 +75,48 @@ def test_every_generated_flag_has_the_dataclass_default(
         if field.default is not None:
             written = (shown_default(field.default), shown_size(field.default))
             assert any(f"default {text})" in shown for text in written), field.name
-    assert checked >= (30 if command == "serve" else 1)
+    assert checked >= least
 
 
-def test_serve_without_flags_builds_the_default_gateway_config() -> None:
-    assert _gateway_config(parser().parse_args(["serve"])) == GatewayConfig()
+def test_no_flags_build_the_default_configs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(SECRET_ENV, raising=False)
+    assert _gateway_config(_parsed("serve")) == GatewayConfig()
+    assert _engine_config(_parsed("serve")) == EngineConfig()
+    assert _chaos_config(_parsed("chaos")) == ChaosConfig()
 
 
 @pytest.mark.parametrize(
-    ("name", "default", "flag", "written"),
+    ("command", "config", "name", "default", "written"),
     [
-        ("handshake_timeout_s", 7.5, "--handshake-timeout", "(default 7.5)"),
-        ("replay_max_bytes_per_session", 8 << 20, "--replay-max-bytes", "(default 8 MiB)"),
-        ("max_frame_bytes", 1 << 20, "--max-frame-bytes", "(default 1048576 = 1 MiB)"),
-        ("disconnect_grace_s", 90.0, "--disconnect-grace", "(default 90)"),
-        ("max_inputs_per_session", 7, "--max-inputs-per-session", "(default 7)"),
+        ("serve", GatewayConfig, "handshake_timeout_s", 7.5, "(default 7.5)"),
+        ("serve", GatewayConfig, "replay_max_bytes_per_session", 8 << 20, "(default 8 MiB)"),
+        ("serve", GatewayConfig, "max_frame_bytes", 1 << 20, "(default 1048576 = 1 MiB)"),
+        ("serve", GatewayConfig, "disconnect_grace_s", 90.0, "(default 90)"),
+        ("demo", GatewayConfig, "max_inputs_per_session", 7, "(default 7)"),
+        ("worker", EngineConfig, "event_rate_hz", 5.0, "(default 5)"),
+        ("chaos", ChaosConfig, "drop_rate", 0.25, "(default 0.25)"),
     ],
 )
 def test_a_default_changed_in_the_dataclass_shows_in_help_and_parsed_value(
-    name: str, default: object, flag: str, written: str, monkeypatch: pytest.MonkeyPatch
+    command: str,
+    config: type,
+    name: str,
+    default: object,
+    written: str,
+    *,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    field = {f.name: f for f in dataclasses.fields(GatewayConfig)}[name]
-    dest = _dest(field)
-    assert getattr(_parsed("serve"), dest) != default
-    assert written not in _help("serve", monkeypatch)
+    field = {f.name: f for f in dataclasses.fields(config)}[name]
+    flag = flag_name(field, field.metadata["flag"])
+    assert getattr(_parsed(command), _dest(field)) != default
+    assert written not in _help(command, monkeypatch)
     monkeypatch.setattr(field, "default", default)  # the one place a default lives
-    assert getattr(_parsed("serve"), dest) == default
-    help_line = next(a.help for a in _subcommand("serve")._actions if flag in a.option_strings)
+    assert getattr(_parsed(command), _dest(field)) == default
+    actions = _subcommand(command)._actions
+    help_line = next(a.help for a in actions if flag in a.option_strings)
     assert help_line is not None
     assert help_line.endswith(written)
-    assert written in _help("serve", monkeypatch)
+    assert written in _help(command, monkeypatch)
 
 
 def _readme_limits() -> dict[str, str]:
