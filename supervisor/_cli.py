@@ -467,11 +467,7 @@ def _gateway_config(args: argparse.Namespace) -> GatewayConfig:
         **field_values(args, GatewayConfig),
         shared_secret=read_secret(args),
         allowed_origins=tuple(args.allowed_origin),
-        tls_cert=args.tls_cert,
-        tls_key=args.tls_key,
         trusted_proxies=tuple(args.trusted_proxy),
-        authenticate_on_first_frame=args.authenticate_on_first_frame,
-        demo_page=getattr(args, "demo_page", False),
     )
 
 
@@ -545,7 +541,7 @@ def _serve_here(args: argparse.Namespace, fds: WorkerFds | None) -> int:
         ),
         engine=_engine(args),
         authenticate=authenticate,
-        stats_interval_s=args.stats_interval,
+        **field_values(args, ServeOptions),
         listener=listener,
         on_listening=on_listening,
     )

@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from supervisor._flag_spec import flag_fields, flag_name, help_text
 from supervisor.gateway._chaos import ChaosConfig
 from supervisor.gateway._config import GatewayConfig
 from supervisor.gateway._engine import EngineConfig
+from supervisor.gateway._flag_spec import flag_fields, flag_name, help_text
 from supervisor.gateway._logs import LOG_FORMATS
-from supervisor.gateway._servers import SERVER_ALIASES, SERVERS
+from supervisor.gateway._servers import SERVER_ALIASES, SERVERS, ServeOptions
 
 __all__ = [
     "DEFAULT_SERVER",
@@ -254,6 +254,11 @@ def add_field_flags(
     names ``group``: its default the field's, its help the field's, the default
     written into the help from the field (so a default is written once)."""
     for field, spec in flag_fields(config, group):
+        if isinstance(field.default, bool):  # a switch: off unless given
+            parser.add_argument(
+                flag_name(field, spec), action="store_true", help=help_text(field, spec)
+            )
+            continue
         parse = _PARSERS[spec.parse or type(field.default).__name__]
         typed: dict[str, Any] = {} if parse is None else {"type": parse}
         parser.add_argument(
@@ -354,14 +359,7 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="a proxy (address or network) whose X-Forwarded-For names the client for limits "
         "and throttles (repeatable; default: none, the TCP peer is the client)",
     )
-    net.add_argument(
-        "--demo-page",
-        action="store_true",
-        help="serve a page at / that watches a session of the browser client resume through "
-        "cuts (live stream, counters, an input box, a cut button); off by default",
-    )
-    net.add_argument("--tls-cert", help="PEM certificate: serve wss:// (needs --tls-key)")
-    net.add_argument("--tls-key", help="PEM private key for --tls-cert")
+    add_field_flags(net, GatewayConfig, "page and TLS")
     net.add_argument(
         "--allowed-origin",
         action="append",
@@ -372,14 +370,7 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     limits = serve.add_argument_group("limits")
     add_field_flags(limits, GatewayConfig, "limits")
     _add_secret_flags(limits, "session.open must present the gateway's secret")
-    serve.add_argument(
-        "--stats-interval",
-        type=_positive(float),
-        default=10.0,
-        help="seconds between stats log lines: sessions held, live (with a thread) and "
-        "parked, attached and detached, events journaled, resumes, connections open, error "
-        "frames sent (default 10)",
-    )
+    add_field_flags(serve, ServeOptions, "serve")
     add_field_flags(serve, GatewayConfig, "serve")
     serve.add_argument(
         "--authenticate",
@@ -388,12 +379,7 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "error unauthorized, close 4401); a resume must come from the same identity "
         "(default: none)",
     )
-    serve.add_argument(
-        "--authenticate-on-first-frame",
-        action="store_true",
-        help="run the --authenticate hook once the opening frame arrived, with the frame's "
-        "secret as handshake.credential (browsers: no header, no secret in the URL)",
-    )
+    add_field_flags(serve, GatewayConfig, "authenticate")
     _add_engine_bus_flags(serve)
     _add_engine_flags(serve)
     _add_logging_flags(serve)

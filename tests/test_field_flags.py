@@ -12,10 +12,11 @@ import pytest
 
 from supervisor._cli import _chaos_config, _engine_config, _gateway_config
 from supervisor._cli_flags import SECRET_ENV, parser
-from supervisor._flag_spec import flag_fields, flag_name, shown_default, shown_size
 from supervisor.gateway._chaos import ChaosConfig
 from supervisor.gateway._config import GatewayConfig
 from supervisor.gateway._engine import EngineConfig
+from supervisor.gateway._flag_spec import flag_fields, flag_name, shown_default, shown_size
+from supervisor.gateway._servers import ServeOptions
 
 
 def _subcommand(name: str) -> argparse.ArgumentParser:
@@ -53,6 +54,7 @@ def test_every_flag_field_of_the_gateway_config_is_a_serve_flag() -> None:
     [
         ("serve", GatewayConfig, 30),
         ("serve", EngineConfig, 2),
+        ("serve", ServeOptions, 1),
         ("demo", GatewayConfig, 1),
         ("demo", EngineConfig, 2),
         ("demo", ChaosConfig, 6),
@@ -72,7 +74,7 @@ def test_every_generated_flag_has_the_dataclass_default(
             continue
         checked += 1
         assert getattr(args, _dest(field)) == field.default, field.name
-        if field.default is not None:
+        if field.default is not None and not isinstance(field.default, bool):  # no switch
             written = (shown_default(field.default), shown_size(field.default))
             assert any(f"default {text})" in shown for text in written), field.name
     assert checked >= least
@@ -92,6 +94,7 @@ def test_no_flags_build_the_default_configs(monkeypatch: pytest.MonkeyPatch) -> 
         ("serve", GatewayConfig, "replay_max_bytes_per_session", 8 << 20, "(default 8 MiB)"),
         ("serve", GatewayConfig, "max_frame_bytes", 1 << 20, "(default 1048576 = 1 MiB)"),
         ("serve", GatewayConfig, "disconnect_grace_s", 90.0, "(default 90)"),
+        ("serve", ServeOptions, "stats_interval_s", 45.0, "(default 45)"),
         ("demo", GatewayConfig, "max_inputs_per_session", 7, "(default 7)"),
         ("worker", EngineConfig, "event_rate_hz", 5.0, "(default 5)"),
         ("chaos", ChaosConfig, "drop_rate", 0.25, "(default 0.25)"),

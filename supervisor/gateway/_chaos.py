@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 import trio
 
 from supervisor._client_policy import ACKED_WINDOW
-from supervisor._flag_spec import flag
+from supervisor.gateway._flag_spec import flag
 from supervisor.gateway._protocol import binary_event
 from supervisor.gateway._wire_client import WireClient, WireClosedError, WireRejectedError
 

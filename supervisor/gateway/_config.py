@@ -6,7 +6,7 @@ import ipaddress
 import math
 from dataclasses import dataclass, field
 
-from supervisor._flag_spec import flag
+from supervisor.gateway._flag_spec import flag
 
 __all__ = ["GatewayConfig", "GatewayCounters"]
 
@@ -323,20 +323,41 @@ class GatewayConfig:
             metavar="N",
         ),
     )
-    # Not flags of their own kind: the secret (--secret-file or the
-    # environment), lists (repeatable flags), switches and the TLS pair.
-    shared_secret: str | None = field(default=None, repr=False)
-    allowed_origins: tuple[str, ...] = ()
-    tls_cert: str | None = None
-    tls_key: str | None = None
-    #: Proxies (addresses or networks) whose ``X-Forwarded-For`` is believed.
-    trusted_proxies: tuple[str, ...] = ()
+    demo_page: bool = field(
+        default=False,
+        metadata=flag(
+            "serve a page at / that watches a session of the browser client resume through "
+            "cuts (live stream, counters, an input box, a cut button); off by default",
+            group="page and TLS",
+        ),
+    )
+    tls_cert: str | None = field(
+        default=None,
+        metadata=flag(
+            "PEM certificate: serve wss:// (needs --tls-key)", group="page and TLS", parse="str"
+        ),
+    )
+    tls_key: str | None = field(
+        default=None,
+        metadata=flag("PEM private key for --tls-cert", group="page and TLS", parse="str"),
+    )
     #: Run the ``authenticate`` hook once the opening frame arrived, with its
     #: ``secret`` as ``Handshake.credential`` (a browser's way: no header, no
     #: secret in a URL); else at the upgrade, before any frame.
-    authenticate_on_first_frame: bool = False
-    #: Serve the demo page at ``/`` (and the browser client it loads): off by default.
-    demo_page: bool = False
+    authenticate_on_first_frame: bool = field(
+        default=False,
+        metadata=flag(
+            "run the --authenticate hook once the opening frame arrived, with the frame's "
+            "secret as handshake.credential (browsers: no header, no secret in the URL)",
+            group="authenticate",
+        ),
+    )
+    # Not flags of their own: the secret (--secret-file or the environment),
+    # and lists (repeatable flags, a list where the field holds a tuple).
+    shared_secret: str | None = field(default=None, repr=False)
+    allowed_origins: tuple[str, ...] = ()
+    #: Proxies (addresses or networks) whose ``X-Forwarded-For`` is believed.
+    trusted_proxies: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.path.startswith("/"):

@@ -54,7 +54,7 @@ from typing import Protocol, runtime_checkable
 
 import anyio
 
-from supervisor._flag_spec import flag
+from supervisor.gateway._flag_spec import flag
 from supervisor.gateway._protocol import ClientEvent
 
 __all__ = [
