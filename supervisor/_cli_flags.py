@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 from supervisor.gateway._chaos import ChaosConfig
 from supervisor.gateway._config import GatewayConfig
 from supervisor.gateway._engine import EngineConfig
-from supervisor.gateway._flag_spec import flag_fields, flag_name, help_text
+from supervisor.gateway._flag_spec import flag_dest, flag_fields, flag_name, help_text
 from supervisor.gateway._logs import LOG_FORMATS
 from supervisor.gateway._servers import SERVER_ALIASES, SERVERS, ServeOptions
 
@@ -274,7 +274,7 @@ def field_values(args: argparse.Namespace, config: type) -> dict[str, Any]:
     """The values ``args`` holds for ``config``'s flag fields, by field name."""
     found: dict[str, Any] = {}
     for field, spec in flag_fields(config):
-        dest = flag_name(field, spec).removeprefix("--").replace("-", "_")
+        dest = flag_dest(field, spec)
         if hasattr(args, dest):  # a group this command has not got
             found[field.name] = getattr(args, dest)
     return found

@@ -15,7 +15,13 @@ from supervisor._cli_flags import SECRET_ENV, parser
 from supervisor.gateway._chaos import ChaosConfig
 from supervisor.gateway._config import GatewayConfig
 from supervisor.gateway._engine import EngineConfig
-from supervisor.gateway._flag_spec import flag_fields, flag_name, shown_default, shown_size
+from supervisor.gateway._flag_spec import (
+    flag_dest,
+    flag_fields,
+    flag_name,
+    shown_default,
+    shown_size,
+)
 from supervisor.gateway._servers import ServeOptions
 
 
@@ -38,8 +44,7 @@ def _parsed(command: str) -> argparse.Namespace:
 
 
 def _dest(field: dataclasses.Field[object]) -> str:
-    spec = field.metadata["flag"]
-    return flag_name(field, spec).removeprefix("--").replace("-", "_")
+    return flag_dest(field, field.metadata["flag"])
 
 
 def test_every_flag_field_of_the_gateway_config_is_a_serve_flag() -> None:

@@ -11,6 +11,7 @@ from dataclasses import Field, dataclass, fields
 __all__ = [
     "FlagSpec",
     "flag",
+    "flag_dest",
     "flag_fields",
     "flag_name",
     "help_text",
@@ -27,7 +28,8 @@ class FlagSpec:
     #: The help, with ``{default}`` (the field's default as typed on the
     #: command line) or ``{default_size}`` (a byte count in KiB/MiB) in it.
     help: str
-    #: Where the flag is listed in ``--help`` (an argument group's title).
+    #: The flags one ``add_field_flags`` call adds, in field order: where
+    #: they stand in ``--help``.
     group: str
     #: The flag without ``--`` when it is not the field's name less ``_s``/``_hz``.
     name: str | None = None
@@ -61,6 +63,11 @@ def flag_name(field: Field[object], spec: FlagSpec) -> str:
         return f"--{spec.name}"
     stem = field.name.removesuffix("_s").removesuffix("_hz")
     return "--" + stem.replace("_", "-")
+
+
+def flag_dest(field: Field[object], spec: FlagSpec) -> str:
+    """The attribute argparse stores the flag's value in: ``replay_ttl``."""
+    return flag_name(field, spec).removeprefix("--").replace("-", "_")
 
 
 def shown_default(value: object) -> str:
