@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from supervisor._cli_flags import SECRET_ENV, parser, read_secret
+from supervisor._cli_flags import SECRET_ENV, field_values, parser, read_secret
 from supervisor._demo_cluster import ClusterFigures, run_cluster_demo
 from supervisor._demo_processes import (
     LOCAL_REDIS,
@@ -209,12 +209,7 @@ def _chaos_config(args: argparse.Namespace) -> ChaosConfig:
     return ChaosConfig(
         clients=args.clients,
         duration_s=args.duration,
-        drop_rate=args.drop_rate,
-        max_reconnect_delay_s=args.max_reconnect_delay,
-        input_rate_hz=args.input_rate,
-        ack_every=args.ack_every,
-        audio_rate_hz=args.audio_rate,
-        seed=args.seed,
+        **field_values(args, ChaosConfig),
         secret=read_secret(args) if args.command == "chaos" else None,
         ca_file=getattr(args, "ca_file", None),
     )
@@ -315,10 +310,7 @@ def _verdict(
 
 
 def _engine_config(args: argparse.Namespace) -> EngineConfig:
-    return EngineConfig(
-        event_rate_hz=args.event_rate,
-        delta_chars=args.delta_chars,
-    )
+    return EngineConfig(**field_values(args, EngineConfig))
 
 
 async def _demo(args: argparse.Namespace) -> int:
@@ -469,47 +461,10 @@ async def _chaos(args: argparse.Namespace) -> int:
 
 def _gateway_config(args: argparse.Namespace) -> GatewayConfig:
     return GatewayConfig(
-        host=args.host,
-        port=args.port,
-        metrics_port=args.metrics_port,
-        metrics_host=args.metrics_host,
-        path=args.path,
-        max_frame_bytes=args.max_frame_bytes,
-        handshake_timeout_s=args.handshake_timeout,
-        ping_interval_s=args.ping_interval,
-        idle_timeout_s=args.idle_timeout,
-        max_sessions=args.max_sessions,
-        disconnect_grace_s=args.disconnect_grace,
-        passivate_after_s=args.passivate_after,
-        replay_ttl_s=args.replay_ttl,
-        replay_max_bytes_per_session=args.replay_max_bytes,
-        send_timeout_s=args.send_timeout,
+        **field_values(args, GatewayConfig),
         shared_secret=read_secret(args),
         allowed_origins=tuple(args.allowed_origin),
-        tls_cert=args.tls_cert,
-        tls_key=args.tls_key,
-        resume_failures_allowed=args.resume_failures,
-        resume_failure_window_s=args.resume_window,
-        session_resume_failures_allowed=args.session_resume_failures,
-        session_resume_failure_window_s=args.session_resume_window,
         trusted_proxies=tuple(args.trusted_proxy),
-        authenticate_on_first_frame=args.authenticate_on_first_frame,
-        max_sessions_per_address=args.max_sessions_per_address,
-        max_connections=args.max_connections,
-        max_connections_per_address=args.max_connections_per_address,
-        max_inputs_in_flight=args.max_inputs_in_flight,
-        max_inputs_per_second=args.max_inputs_per_second,
-        max_client_events_per_second=args.max_client_events_per_second,
-        max_client_bytes_per_second=args.max_client_bytes_per_second,
-        client_ack_every=args.client_ack_every,
-        client_ack_interval_s=args.client_ack_interval,
-        close_timeout_s=args.close_timeout,
-        secret_failures_allowed=args.secret_failures,
-        secret_failure_window_s=args.secret_window,
-        throttle_max_addresses=args.throttle_addresses,
-        log_interval_s=args.log_interval,
-        max_inputs_per_session=args.max_inputs_per_session,
-        demo_page=getattr(args, "demo_page", False),
     )
 
 
@@ -583,7 +538,7 @@ def _serve_here(args: argparse.Namespace, fds: WorkerFds | None) -> int:
         ),
         engine=_engine(args),
         authenticate=authenticate,
-        stats_interval_s=args.stats_interval,
+        **field_values(args, ServeOptions),
         listener=listener,
         on_listening=on_listening,
     )

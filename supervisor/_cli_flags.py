@@ -10,13 +10,24 @@ import os
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
-from supervisor._actor import DEFAULT_PASSIVATE_AFTER_S
+from supervisor.gateway._chaos import ChaosConfig
+from supervisor.gateway._config import GatewayConfig
+from supervisor.gateway._engine import EngineConfig
+from supervisor.gateway._flag_spec import flag_dest, flag_fields, flag_name, help_text
 from supervisor.gateway._logs import LOG_FORMATS
-from supervisor.gateway._servers import SERVER_ALIASES, SERVERS
+from supervisor.gateway._servers import SERVER_ALIASES, SERVERS, ServeOptions
 
-__all__ = ["DEFAULT_SERVER", "SECRET_ENV", "parser", "read_secret"]
+__all__ = [
+    "DEFAULT_SERVER",
+    "SECRET_ENV",
+    "add_field_flags",
+    "field_values",
+    "parser",
+    "read_secret",
+]
 
 SECRET_ENV = "DUPLEX_SUPERVISOR_SECRET"  # noqa: S105 - a variable name, not a secret
 #: The server ``serve`` uses unless told: the one that needs no extra (README, "Embedding").
@@ -221,31 +232,58 @@ def _non_negative(text: str) -> float:
     return _finite(value, text)
 
 
+#: How a field's flag reads its value (``FlagSpec.parse``; empty: by the default's
+#: type); None: the text as typed.
+_PARSERS: dict[str, Callable[[str], object] | None] = {
+    "int": _positive(int),
+    "float": _positive(float),
+    "integer": int,
+    "non-negative": _non_negative,
+    "str": None,
+    "port": _port,
+    "bytes": byte_size,
+    "seconds|none": _seconds_or_none(zero=False),
+    "seconds>=0|none": _seconds_or_none(zero=True),
+}
+
+
+def add_field_flags(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup, config: type, group: str
+) -> None:
+    """A flag for each field of the dataclass ``config`` whose ``flag(...)`` metadata
+    names ``group``: its default the field's, its help the field's, the default
+    written into the help from the field (so a default is written once)."""
+    for field, spec in flag_fields(config, group):
+        if isinstance(field.default, bool):  # a switch: off unless given
+            parser.add_argument(
+                flag_name(field, spec), action="store_true", help=help_text(field, spec)
+            )
+            continue
+        parse = _PARSERS[spec.parse or type(field.default).__name__]
+        typed: dict[str, Any] = {} if parse is None else {"type": parse}
+        parser.add_argument(
+            flag_name(field, spec),
+            **typed,
+            default=field.default,
+            metavar=spec.metavar,
+            help=help_text(field, spec),
+        )
+
+
+def field_values(args: argparse.Namespace, config: type) -> dict[str, Any]:
+    """The values ``args`` holds for ``config``'s flag fields, by field name."""
+    found: dict[str, Any] = {}
+    for field, spec in flag_fields(config):
+        dest = flag_dest(field, spec)
+        if hasattr(args, dest):  # a group this command has not got
+            found[field.name] = getattr(args, dest)
+    return found
+
+
 def _add_engine_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("demo engine")
-    group.add_argument(
-        "--event-rate",
-        type=_non_negative,
-        default=20.0,
-        metavar="HZ",
-        help="events per second each session's engine streams, attached or not (default 20)",
-    )
-    group.add_argument(
-        "--delta-chars",
-        type=_positive(int),
-        default=24,
-        metavar="N",
-        help="characters of text per streamed delta (default 24)",
-    )
-    group.add_argument(
-        "--max-inputs-per-session",
-        type=_positive(int),
-        default=100_000,
-        metavar="N",
-        help="distinct input ids a session answers in its life, each remembered so a "
-        "repeat is never answered twice; a new id past it gets error 'input_limit' "
-        "(default 100000)",
-    )
+    add_field_flags(group, EngineConfig, "demo engine")
+    add_field_flags(group, GatewayConfig, "demo engine")
 
 
 def _add_chaos_flags(parser: argparse.ArgumentParser, *, clients: int, duration: float) -> None:
@@ -263,47 +301,7 @@ def _add_chaos_flags(parser: argparse.ArgumentParser, *, clients: int, duration:
         metavar="SECONDS",
         help=f"how long the clients stream before closing (default {duration:g})",
     )
-    group.add_argument(
-        "--drop-rate",
-        type=_non_negative,
-        default=0.5,
-        metavar="PER_SECOND",
-        help="chance per second that a client cuts its TCP connection (default 0.5)",
-    )
-    group.add_argument(
-        "--max-reconnect-delay",
-        type=_non_negative,
-        default=0.5,
-        metavar="SECONDS",
-        help="a cut client waits a random delay up to this before resuming (default 0.5)",
-    )
-    group.add_argument(
-        "--input-rate",
-        type=_non_negative,
-        default=1.0,
-        metavar="HZ",
-        help="inputs per second each client sends; each must be answered once (default 1)",
-    )
-    group.add_argument(
-        "--ack-every",
-        type=_positive(int),
-        default=10,
-        metavar="N",
-        help="clients acknowledge after every N events (default 10)",
-    )
-    group.add_argument(
-        "--audio-rate",
-        type=_non_negative,
-        default=10.0,
-        metavar="HZ",
-        help=(
-            "binary audio chunks per second each client streams; each must be "
-            "received once (default 10)"
-        ),
-    )
-    group.add_argument(
-        "--seed", type=int, default=0, help="seed of every random choice (default 0)"
-    )
+    add_field_flags(group, ChaosConfig, "chaos clients")
     group.add_argument(
         "--json",
         action="store_true",
@@ -342,23 +340,7 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "exits (130 after Ctrl-C, 0 after SIGTERM).",
     )
     net = serve.add_argument_group("network")
-    net.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
-    net.add_argument(
-        "--port", type=_port, default=8765, help="TCP port 0..65535, 0 for any (default 8765)"
-    )
-    net.add_argument(
-        "--metrics-port",
-        type=_port,
-        default=None,
-        help="serve /metrics, /healthz and /readyz on this port of --metrics-host (and "
-        "/metrics no longer on --port): the port for the scraper, not for clients "
-        "(default: none, all on --port)",
-    )
-    net.add_argument(
-        "--metrics-host",
-        default="127.0.0.1",
-        help="the address of --metrics-port (default 127.0.0.1)",
-    )
+    add_field_flags(net, GatewayConfig, "network")
     net.add_argument(
         "--server",
         choices=(*SERVERS, *SERVER_ALIASES),
@@ -377,15 +359,7 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="a proxy (address or network) whose X-Forwarded-For names the client for limits "
         "and throttles (repeatable; default: none, the TCP peer is the client)",
     )
-    net.add_argument("--path", default="/v1", help="the WebSocket endpoint's path (default /v1)")
-    net.add_argument(
-        "--demo-page",
-        action="store_true",
-        help="serve a page at / that watches a session of the browser client resume through "
-        "cuts (live stream, counters, an input box, a cut button); off by default",
-    )
-    net.add_argument("--tls-cert", help="PEM certificate: serve wss:// (needs --tls-key)")
-    net.add_argument("--tls-key", help="PEM private key for --tls-cert")
+    add_field_flags(net, GatewayConfig, "page and TLS")
     net.add_argument(
         "--allowed-origin",
         action="append",
@@ -394,212 +368,10 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="accept browsers only from this Origin (repeatable; default: any)",
     )
     limits = serve.add_argument_group("limits")
-    limits.add_argument(
-        "--max-frame-bytes",
-        type=byte_size,
-        default=65_536,
-        metavar="BYTES",
-        help="largest client frame answered normally; units as 64KiB or 1MB are taken "
-        "(default 65536 = 64 KiB)",
-    )
-    limits.add_argument(
-        "--handshake-timeout",
-        type=_positive(float),
-        default=5.0,
-        help="seconds a new connection has for its TLS handshake and upgrade request, "
-        "then again for its first frame (error 'handshake_timeout', close 4408) (default 5)",
-    )
-    limits.add_argument(
-        "--ping-interval",
-        type=_positive(float),
-        default=10.0,
-        help="seconds between pings to each client (default 10)",
-    )
-    limits.add_argument(
-        "--idle-timeout",
-        type=_positive(float),
-        default=30.0,
-        help="a client that misses a pong this long is detached (default 30)",
-    )
-    limits.add_argument(
-        "--max-sessions",
-        type=_positive(int),
-        default=10_000,
-        help="sessions held at once, attached or not; one more session.open is answered "
-        "error 'overloaded' and closed 4503 (default 10000)",
-    )
-    limits.add_argument(
-        "--max-sessions-per-address",
-        type=_positive(int),
-        default=256,
-        help="sessions opened from one client address and not yet ended; one more "
-        "session.open from it is answered 'too_many_sessions' and closed 4429 (default 256)",
-    )
-    limits.add_argument(
-        "--max-connections",
-        type=_positive(int),
-        default=10_000,
-        help="TCP connections served at once; more are answered HTTP 503 before the "
-        "upgrade (with TLS: closed) (default 10000)",
-    )
-    limits.add_argument(
-        "--max-connections-per-address",
-        type=_positive(int),
-        default=256,
-        help="TCP connections from one client address at once; more are answered HTTP 429 "
-        "before the upgrade (with TLS: closed) (default 256)",
-    )
-    limits.add_argument(
-        "--max-inputs-in-flight",
-        type=_positive(int),
-        default=8,
-        help="answers a session may have on their way at once; an input past it gets "
-        "error 'busy' (not answered, not remembered: send it again later) (default 8)",
-    )
-    limits.add_argument(
-        "--max-inputs-per-second",
-        type=_positive(float),
-        default=20.0,
-        metavar="RATE",
-        help="inputs a connection may send per second, in bursts of as many; an input past "
-        "it gets error 'rate_limited' (not answered, not remembered) (default 20)",
-    )
-    limits.add_argument(
-        "--max-client-events-per-second",
-        type=_positive(float),
-        default=100.0,
-        metavar="RATE",
-        help="sequenced client events (client_seq) a connection may send per second, in "
-        "bursts of as many; past it: error 'rate_limited', the event not taken (default 100)",
-    )
-    limits.add_argument(
-        "--max-client-bytes-per-second",
-        type=_positive(float),
-        default=65_536.0,
-        metavar="BYTES",
-        help="bytes of client events a connection may send per second (whole messages), in "
-        "bursts of as many; past it: error 'rate_limited' (default 65536)",
-    )
-    limits.add_argument(
-        "--client-ack-every",
-        type=_positive(int),
-        default=10,
-        metavar="N",
-        help="send client_ack after this many accepted client events (default 10)",
-    )
-    limits.add_argument(
-        "--client-ack-interval",
-        type=_positive(float),
-        default=0.2,
-        metavar="SECONDS",
-        help="or this long after the first accepted client event not yet acked (default 0.2)",
-    )
-    limits.add_argument(
-        "--close-timeout",
-        type=_positive(float),
-        default=5.0,
-        help="seconds a close handshake may take before the TCP connection is aborted, "
-        "whatever the peer does (default 5)",
-    )
-    limits.add_argument(
-        "--disconnect-grace",
-        type=_seconds_or_none(zero=False),
-        default=60.0,
-        help="seconds a detached session waits for a resume, or 'none' to keep detached "
-        "sessions until a client closes them (default 60)",
-    )
-    limits.add_argument(
-        "--passivate-after",
-        type=_seconds_or_none(zero=True),
-        default=DEFAULT_PASSIVATE_AFTER_S,
-        metavar="SECONDS|none",
-        help="a session detached and idle this long is parked (checked once a second): "
-        "its thread ends, its state is kept as data and its next message or resume wakes "
-        "it; 0: at the next check, 'none': never (default 30)",
-    )
-    limits.add_argument(
-        "--replay-ttl",
-        type=_positive(float),
-        default=120.0,
-        help="seconds an unacknowledged event stays replayable (default 120)",
-    )
-    limits.add_argument(
-        "--replay-max-bytes",
-        type=byte_size,
-        default=4 << 20,
-        metavar="BYTES",
-        help="journal bytes per session before it overflows; units as 4MiB or 512KiB are "
-        "taken (default 4 MiB)",
-    )
-    limits.add_argument(
-        "--send-timeout",
-        type=_positive(float),
-        default=10.0,
-        help="a send to a client taking longer gives that socket up (default 10)",
-    )
-    limits.add_argument(
-        "--resume-failures",
-        type=_positive(int),
-        default=5,
-        help="failed resumes allowed per address per window (default 5)",
-    )
-    limits.add_argument(
-        "--resume-window",
-        type=_positive(float),
-        default=60.0,
-        help="seconds of the resume-failure window (default 60)",
-    )
-    limits.add_argument(
-        "--secret-failures",
-        type=_positive(int),
-        default=5,
-        help="wrong secrets allowed per address per window; then session.open from that "
-        "address is answered 'secret_throttled' and closed 4429 (default 5)",
-    )
-    limits.add_argument(
-        "--secret-window",
-        type=_positive(float),
-        default=60.0,
-        help="seconds of the wrong-secret window (default 60)",
-    )
-    limits.add_argument(
-        "--throttle-addresses",
-        type=_positive(int),
-        default=10_000,
-        help="addresses each failure throttle remembers at most; the one whose last "
-        "failure is oldest is forgotten first, and any is forgotten once its window "
-        "passed (default 10000)",
-    )
-    limits.add_argument(
-        "--session-resume-failures",
-        type=_positive(int),
-        default=5,
-        help="failed resumes allowed per session (from any address) per window; a resume "
-        "with the right token is never refused (default 5)",
-    )
-    limits.add_argument(
-        "--session-resume-window",
-        type=_positive(float),
-        default=60.0,
-        help="seconds of the per-session resume-failure window (default 60)",
-    )
+    add_field_flags(limits, GatewayConfig, "limits")
     _add_secret_flags(limits, "session.open must present the gateway's secret")
-    serve.add_argument(
-        "--stats-interval",
-        type=_positive(float),
-        default=10.0,
-        help="seconds between stats log lines: sessions held, live (with a thread) and "
-        "parked, attached and detached, events journaled, resumes, connections open, error "
-        "frames sent (default 10)",
-    )
-    serve.add_argument(
-        "--log-interval",
-        type=_positive(float),
-        default=10.0,
-        help="at most one log line of each kind (refused connections, failed handlers, "
-        "shed connections...) per this many seconds; the rest are counted in one summary "
-        "line (default 10)",
-    )
+    add_field_flags(serve, ServeOptions, "serve")
+    add_field_flags(serve, GatewayConfig, "serve")
     serve.add_argument(
         "--authenticate",
         metavar="MODULE:HOOK",
@@ -607,12 +379,7 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "error unauthorized, close 4401); a resume must come from the same identity "
         "(default: none)",
     )
-    serve.add_argument(
-        "--authenticate-on-first-frame",
-        action="store_true",
-        help="run the --authenticate hook once the opening frame arrived, with the frame's "
-        "secret as handshake.credential (browsers: no header, no secret in the URL)",
-    )
+    add_field_flags(serve, GatewayConfig, "authenticate")
     _add_engine_bus_flags(serve)
     _add_engine_flags(serve)
     _add_logging_flags(serve)

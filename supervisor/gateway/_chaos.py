@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 import trio
 
 from supervisor._client_policy import ACKED_WINDOW
+from supervisor.gateway._flag_spec import flag
 from supervisor.gateway._protocol import binary_event
 from supervisor.gateway._wire_client import WireClient, WireClosedError, WireRejectedError
 
@@ -69,15 +70,61 @@ STORE_GIVE_UP_S = 30.0
 class ChaosConfig:
     clients: int = 20
     duration_s: float = 10.0
-    #: Chance per second that a client cuts its connection.
-    drop_rate: float = 0.5
-    max_reconnect_delay_s: float = 0.5
-    input_rate_hz: float = 1.0
-    ack_every: int = 10
+    drop_rate: float = field(
+        default=0.5,
+        metadata=flag(
+            "chance per second that a client cuts its TCP connection (default {default})",
+            group="chaos clients",
+            metavar="PER_SECOND",
+            parse="non-negative",
+        ),
+    )
+    max_reconnect_delay_s: float = field(
+        default=0.5,
+        metadata=flag(
+            "a cut client waits a random delay up to this before resuming (default {default})",
+            group="chaos clients",
+            metavar="SECONDS",
+            parse="non-negative",
+        ),
+    )
+    input_rate_hz: float = field(
+        default=1.0,
+        metadata=flag(
+            "inputs per second each client sends; each must be answered once (default {default})",
+            group="chaos clients",
+            metavar="HZ",
+            parse="non-negative",
+        ),
+    )
+    ack_every: int = field(
+        default=10,
+        metadata=flag(
+            "clients acknowledge after every N events (default {default})",
+            group="chaos clients",
+            metavar="N",
+        ),
+    )
     #: Audio chunks a second per client (binary ``input_audio.append``), and their size.
-    audio_rate_hz: float = 10.0
+    audio_rate_hz: float = field(
+        default=10.0,
+        metadata=flag(
+            "binary audio chunks per second each client streams; each must be received "
+            "once (default {default})",
+            group="chaos clients",
+            metavar="HZ",
+            parse="non-negative",
+        ),
+    )
     audio_chunk_bytes: int = 640
-    seed: int = 0
+    seed: int = field(
+        default=0,
+        metadata=flag(
+            "seed of every random choice (default {default})",
+            group="chaos clients",
+            parse="integer",
+        ),
+    )
     secret: str | None = field(default=None, repr=False)
     #: PEM certificates to trust for ``wss://`` (``None``: the system's).
     ca_file: str | None = None

@@ -6,6 +6,8 @@ import ipaddress
 import math
 from dataclasses import dataclass, field
 
+from supervisor.gateway._flag_spec import flag
+
 __all__ = ["GatewayConfig", "GatewayCounters"]
 
 _POSITIVE = (
@@ -37,67 +39,325 @@ _POSITIVE = (
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GatewayConfig:
-    """Everything ``duplex-supervisor serve`` takes as flags."""
+    """Everything ``duplex-supervisor serve`` takes as flags: a field with ``flag(...)``
+    metadata is one (its help and default live here; ``--help`` lists them in field order)."""
 
-    host: str = "127.0.0.1"
-    port: int = 8765
-    path: str = "/v1"
-    max_frame_bytes: int = 65_536
-    handshake_timeout_s: float = 5.0
-    ping_interval_s: float = 10.0
-    idle_timeout_s: float = 30.0
-    max_sessions: int = 10_000
-    max_sessions_per_address: int = 256
-    max_connections: int = 10_000
-    max_connections_per_address: int = 256
-    max_inputs_in_flight: int = 8
-    max_inputs_per_second: float = 20.0
-    disconnect_grace_s: float | None = 60.0
-    #: A session detached and idle this long is parked (no thread); None: never.
+    host: str = field(
+        default="127.0.0.1",
+        metadata=flag("interface to bind (default {default})", group="network"),
+    )
+    port: int = field(
+        default=8765,
+        metadata=flag(
+            "TCP port 0..65535, 0 for any (default {default})", group="network", parse="port"
+        ),
+    )
+    metrics_port: int | None = field(
+        default=None,
+        metadata=flag(
+            "serve /metrics, /healthz and /readyz on this port of --metrics-host (and "
+            "/metrics no longer on --port): the port for the scraper, not for clients "
+            "(default: none, all on --port)",
+            group="network",
+            parse="port",
+        ),
+    )
+    metrics_host: str = field(
+        default="127.0.0.1",
+        metadata=flag("the address of --metrics-port (default {default})", group="network"),
+    )
+    path: str = field(
+        default="/v1",
+        metadata=flag("the WebSocket endpoint's path (default {default})", group="network"),
+    )
+    max_frame_bytes: int = field(
+        default=65_536,
+        metadata=flag(
+            "largest client frame answered normally; units as 64KiB or 1MB are taken "
+            "(default {default} = {default_size})",
+            group="limits",
+            metavar="BYTES",
+            parse="bytes",
+        ),
+    )
+    handshake_timeout_s: float = field(
+        default=5.0,
+        metadata=flag(
+            "seconds a new connection has for its TLS handshake and upgrade request, then "
+            "again for its first frame (error 'handshake_timeout', close 4408) (default {default})",
+            group="limits",
+        ),
+    )
+    ping_interval_s: float = field(
+        default=10.0,
+        metadata=flag("seconds between pings to each client (default {default})", group="limits"),
+    )
+    idle_timeout_s: float = field(
+        default=30.0,
+        metadata=flag(
+            "a client that misses a pong this long is detached (default {default})",
+            group="limits",
+        ),
+    )
+    max_sessions: int = field(
+        default=10_000,
+        metadata=flag(
+            "sessions held at once, attached or not; one more session.open is answered "
+            "error 'overloaded' and closed 4503 (default {default})",
+            group="limits",
+        ),
+    )
+    max_sessions_per_address: int = field(
+        default=256,
+        metadata=flag(
+            "sessions opened from one client address and not yet ended; one more "
+            "session.open from it is answered 'too_many_sessions' and closed 4429 "
+            "(default {default})",
+            group="limits",
+        ),
+    )
+    max_connections: int = field(
+        default=10_000,
+        metadata=flag(
+            "TCP connections served at once; more are answered HTTP 503 before the "
+            "upgrade (with TLS: closed) (default {default})",
+            group="limits",
+        ),
+    )
+    max_connections_per_address: int = field(
+        default=256,
+        metadata=flag(
+            "TCP connections from one client address at once; more are answered HTTP 429 "
+            "before the upgrade (with TLS: closed) (default {default})",
+            group="limits",
+        ),
+    )
+    max_inputs_in_flight: int = field(
+        default=8,
+        metadata=flag(
+            "answers a session may have on their way at once; an input past it gets "
+            "error 'busy' (not answered, not remembered: send it again later) "
+            "(default {default})",
+            group="limits",
+        ),
+    )
+    max_inputs_per_second: float = field(
+        default=20.0,
+        metadata=flag(
+            "inputs a connection may send per second, in bursts of as many; an input past "
+            "it gets error 'rate_limited' (not answered, not remembered) (default {default})",
+            group="limits",
+            metavar="RATE",
+        ),
+    )
+    #: Sequenced client events (``client_seq``) a connection may send: events
+    #: and bytes a second (a stream's rate: 50 audio chunks a second fit twice).
+    max_client_events_per_second: float = field(
+        default=100.0,
+        metadata=flag(
+            "sequenced client events (client_seq) a connection may send per second, in "
+            "bursts of as many; past it: error 'rate_limited', the event not taken "
+            "(default {default})",
+            group="limits",
+            metavar="RATE",
+        ),
+    )
+    max_client_bytes_per_second: float = field(
+        default=65_536.0,
+        metadata=flag(
+            "bytes of client events a connection may send per second (whole messages), in "
+            "bursts of as many; past it: error 'rate_limited' (default {default})",
+            group="limits",
+            metavar="BYTES",
+        ),
+    )
+    #: ``client_ack`` goes out after this many accepted client events, or this
+    #: long after the first one not yet acked, whichever comes first.
+    client_ack_every: int = field(
+        default=10,
+        metadata=flag(
+            "send client_ack after this many accepted client events (default {default})",
+            group="limits",
+            metavar="N",
+        ),
+    )
+    client_ack_interval_s: float = field(
+        default=0.2,
+        metadata=flag(
+            "or this long after the first accepted client event not yet acked (default {default})",
+            group="limits",
+            metavar="SECONDS",
+        ),
+    )
+    close_timeout_s: float = field(
+        default=5.0,
+        metadata=flag(
+            "seconds a close handshake may take before the TCP connection is aborted, "
+            "whatever the peer does (default {default})",
+            group="limits",
+        ),
+    )
+    disconnect_grace_s: float | None = field(
+        default=60.0,
+        metadata=flag(
+            "seconds a detached session waits for a resume, or 'none' to keep detached "
+            "sessions until a client closes them (default {default})",
+            group="limits",
+            parse="seconds|none",
+        ),
+    )
     #: The registry's own default (``DEFAULT_PASSIVATE_AFTER_S``), spelled out:
     #: the pure gateway modules import no actor runtime.
-    passivate_after_s: float | None = 30.0
-    replay_ttl_s: float = 120.0
-    replay_max_bytes_per_session: int = 4 << 20
-    send_timeout_s: float = 10.0
-    shared_secret: str | None = field(default=None, repr=False)
-    allowed_origins: tuple[str, ...] = ()
-    tls_cert: str | None = None
-    tls_key: str | None = None
-    close_timeout_s: float = 5.0
-    resume_failures_allowed: int = 5
-    resume_failure_window_s: float = 60.0
-    secret_failures_allowed: int = 5
-    secret_failure_window_s: float = 60.0
-    throttle_max_addresses: int = 10_000
-    log_interval_s: float = 10.0
-    #: Failed resumes of one session (from anywhere) per window; a resume
-    #: with the right token is never refused by either throttle.
-    session_resume_failures_allowed: int = 5
-    session_resume_failure_window_s: float = 60.0
-    #: Proxies (addresses or networks) whose ``X-Forwarded-For`` is believed.
-    trusted_proxies: tuple[str, ...] = ()
-    #: Answers a session may have on their way, and distinct input ids it
-    #: answers in its life (each remembered so a repeat is never answered twice).
-    max_inputs_per_session: int = 100_000
+    passivate_after_s: float | None = field(
+        default=30.0,
+        metadata=flag(
+            "a session detached and idle this long is parked (checked once a second): "
+            "its thread ends, its state is kept as data and its next message or resume wakes "
+            "it; 0: at the next check, 'none': never (default {default})",
+            group="limits",
+            metavar="SECONDS|none",
+            parse="seconds>=0|none",
+        ),
+    )
+    replay_ttl_s: float = field(
+        default=120.0,
+        metadata=flag(
+            "seconds an unacknowledged event stays replayable (default {default})",
+            group="limits",
+        ),
+    )
+    replay_max_bytes_per_session: int = field(
+        default=4 << 20,
+        metadata=flag(
+            "journal bytes per session before it overflows; units as 4MiB or 512KiB are "
+            "taken (default {default_size})",
+            group="limits",
+            name="replay-max-bytes",
+            metavar="BYTES",
+            parse="bytes",
+        ),
+    )
+    send_timeout_s: float = field(
+        default=10.0,
+        metadata=flag(
+            "a send to a client taking longer gives that socket up (default {default})",
+            group="limits",
+        ),
+    )
+    resume_failures_allowed: int = field(
+        default=5,
+        metadata=flag(
+            "failed resumes allowed per address per window (default {default})",
+            group="limits",
+            name="resume-failures",
+        ),
+    )
+    resume_failure_window_s: float = field(
+        default=60.0,
+        metadata=flag(
+            "seconds of the resume-failure window (default {default})",
+            group="limits",
+            name="resume-window",
+        ),
+    )
+    secret_failures_allowed: int = field(
+        default=5,
+        metadata=flag(
+            "wrong secrets allowed per address per window; then session.open from that "
+            "address is answered 'secret_throttled' and closed 4429 (default {default})",
+            group="limits",
+            name="secret-failures",
+        ),
+    )
+    secret_failure_window_s: float = field(
+        default=60.0,
+        metadata=flag(
+            "seconds of the wrong-secret window (default {default})",
+            group="limits",
+            name="secret-window",
+        ),
+    )
+    throttle_max_addresses: int = field(
+        default=10_000,
+        metadata=flag(
+            "addresses each failure throttle remembers at most; the one whose last "
+            "failure is oldest is forgotten first, and any is forgotten once its window "
+            "passed (default {default})",
+            group="limits",
+            name="throttle-addresses",
+        ),
+    )
+    session_resume_failures_allowed: int = field(
+        default=5,
+        metadata=flag(
+            "failed resumes allowed per session (from any address) per window; a resume "
+            "with the right token is never refused (default {default})",
+            group="limits",
+            name="session-resume-failures",
+        ),
+    )
+    session_resume_failure_window_s: float = field(
+        default=60.0,
+        metadata=flag(
+            "seconds of the per-session resume-failure window (default {default})",
+            group="limits",
+            name="session-resume-window",
+        ),
+    )
+    log_interval_s: float = field(
+        default=10.0,
+        metadata=flag(
+            "at most one log line of each kind (refused connections, failed handlers, "
+            "shed connections...) per this many seconds; the rest are counted in one summary "
+            "line (default {default})",
+            group="serve",
+        ),
+    )
+    max_inputs_per_session: int = field(
+        default=100_000,
+        metadata=flag(
+            "distinct input ids a session answers in its life, each remembered so a "
+            "repeat is never answered twice; a new id past it gets error 'input_limit' "
+            "(default {default})",
+            group="demo engine",
+            metavar="N",
+        ),
+    )
+    demo_page: bool = field(
+        default=False,
+        metadata=flag(
+            "serve a page at / that watches a session of the browser client resume through "
+            "cuts (live stream, counters, an input box, a cut button); off by default",
+            group="page and TLS",
+        ),
+    )
+    tls_cert: str | None = field(
+        default=None,
+        metadata=flag(
+            "PEM certificate: serve wss:// (needs --tls-key)", group="page and TLS", parse="str"
+        ),
+    )
+    tls_key: str | None = field(
+        default=None,
+        metadata=flag("PEM private key for --tls-cert", group="page and TLS", parse="str"),
+    )
     #: Run the ``authenticate`` hook once the opening frame arrived, with its
     #: ``secret`` as ``Handshake.credential`` (a browser's way: no header, no
     #: secret in a URL); else at the upgrade, before any frame.
-    authenticate_on_first_frame: bool = False
-    #: Serve ``/metrics``, ``/healthz`` and ``/readyz`` on this port of
-    #: ``metrics_host`` (0: any free one), and ``/metrics`` no longer on ``port``.
-    metrics_port: int | None = None
-    metrics_host: str = "127.0.0.1"
-    #: Sequenced client events (``client_seq``) a connection may send: events
-    #: and bytes a second (a stream's rate: 50 audio chunks a second fit twice).
-    max_client_events_per_second: float = 100.0
-    max_client_bytes_per_second: float = 65_536.0
-    #: ``client_ack`` goes out after this many accepted client events, or this
-    #: long after the first one not yet acked, whichever comes first.
-    client_ack_every: int = 10
-    client_ack_interval_s: float = 0.2
-    #: Serve the demo page at ``/`` (and the browser client it loads): off by default.
-    demo_page: bool = False
+    authenticate_on_first_frame: bool = field(
+        default=False,
+        metadata=flag(
+            "run the --authenticate hook once the opening frame arrived, with the frame's "
+            "secret as handshake.credential (browsers: no header, no secret in the URL)",
+            group="authenticate",
+        ),
+    )
+    # Not flags of their own: the secret (--secret-file or the environment),
+    # and lists (repeatable flags, a list where the field holds a tuple).
+    shared_secret: str | None = field(default=None, repr=False)
+    allowed_origins: tuple[str, ...] = ()
+    #: Proxies (addresses or networks) whose ``X-Forwarded-For`` is believed.
+    trusted_proxies: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.path.startswith("/"):

@@ -54,6 +54,7 @@ from typing import Protocol, runtime_checkable
 
 import anyio
 
+from supervisor.gateway._flag_spec import flag
 from supervisor.gateway._protocol import ClientEvent
 
 __all__ = [
@@ -239,8 +240,23 @@ def load_engine_factory(spec: str) -> EngineFactory:
 class EngineConfig:
     """How fast and how much the demo engine talks."""
 
-    event_rate_hz: float = 20.0
-    delta_chars: int = 24
+    event_rate_hz: float = field(
+        default=20.0,
+        metadata=flag(
+            "events per second each session's engine streams, attached or not (default {default})",
+            group="demo engine",
+            metavar="HZ",
+            parse="non-negative",
+        ),
+    )
+    delta_chars: int = field(
+        default=24,
+        metadata=flag(
+            "characters of text per streamed delta (default {default})",
+            group="demo engine",
+            metavar="N",
+        ),
+    )
     deltas_per_answer: int = 3
 
     def __post_init__(self) -> None:

@@ -40,6 +40,7 @@ from supervisor._options import RegistryOptions
 from supervisor.gateway._auth import Authenticate
 from supervisor.gateway._config import GatewayConfig
 from supervisor.gateway._engine import Engine
+from supervisor.gateway._flag_spec import flag
 from supervisor.gateway._server import Gateway, serve_gateway, ssl_context
 from supervisor.gateway.asgi import GatewayApp
 
@@ -61,7 +62,15 @@ class ServeOptions:
     config: GatewayConfig
     engine: Engine
     authenticate: Authenticate | None = None
-    stats_interval_s: float = 10.0
+    stats_interval_s: float = field(
+        default=10.0,
+        metadata=flag(
+            "seconds between stats log lines: sessions held, live (with a thread) and "
+            "parked, attached and detached, events journaled, resumes, connections open, error "
+            "frames sent (default {default})",
+            group="serve",
+        ),
+    )
     #: The registry's options (``serve --redis``: a store); None: from ``config``.
     registry_options: RegistryOptions | None = None
     #: Called with the running gateway's URL (tests and the log read it).
