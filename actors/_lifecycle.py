@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
 from actors._errors import UnknownSessionError
+from actors._fields import SessionFields
 from actors._journal import ParkedJournal
 from actors._messages import (
     AbortResume,
@@ -182,7 +183,7 @@ class ResumeStash(Generic[T]):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ParkedSession:
+class ParkedSession(SessionFields):
     """A passivated session as plain data: no transport, no callables, no thread.
 
     Only a detached session with no resume claimed and no activation on the
@@ -191,12 +192,6 @@ class ParkedSession:
     """
 
     session_id: str
-    token_digest: bytes = field(repr=False)
-    attachment_generation: int
-    lease_generation: int
-    orphaned_lease_generation: int | None
-    recovery_token_digest: bytes | None = field(repr=False)
-    last_resume: tuple[int, bytes] | None = field(repr=False)
     detached_since: float
     journal: ParkedJournal = field(repr=False)
 
