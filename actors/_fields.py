@@ -24,15 +24,24 @@ class SessionFields:
     names its hash field for it in `supervisor.redis_store`).
     """
 
+    #: The SHA-256 of the current resume token (the session keeps no plaintext).
     token_digest: bytes = field(repr=False)
+    #: ``None`` unless a failed activation handed the presented token back;
+    #: honoured only while detached, once.
     recovery_token_digest: bytes | None = field(repr=False)
+    #: >= 1, only grows; names the current (or last) attachment.
     attachment_generation: int
+    #: The lease the attached connection serves; only grows.
     lease_generation: int
+    #: ``None``, or a lease nobody serves yet, parked for the next activation.
     orphaned_lease_generation: int | None
+    #: The latest resume's generation (<= ``attachment_generation``) and the
+    #: digest it accepted, for an abort from a caller that gave up on it.
     last_resume: tuple[int, bytes] | None = field(repr=False)
-    #: When it was detached (``None``: attached), in its holder's clock: the
-    #: session clock's in a live or parked session, the wall clock's in a record.
-    detached_since: float | None
+    #: When it was detached (``None``: attached, or closed), in its holder's
+    #: clock: the session clock's in a live or parked session, the wall
+    #: clock's in a record.
+    detached_at: float | None
 
 
 #: `SessionFields`' names, in order; `field_values` reads them in one C call.

@@ -192,7 +192,7 @@ class ParkedSession(SessionFields):
     """
 
     session_id: str
-    detached_since: float
+    detached_at: float
     journal: ParkedJournal = field(repr=False)
 
     @property
@@ -207,10 +207,10 @@ class ParkedSession(SessionFields):
     def sweep_due(self, disconnect_grace_s: float | None, ttl_s: float) -> float:
         """When a sweep next has work here: the expiry, or the oldest
         event's TTL, whichever comes first (``inf``: never)."""
-        due = math.inf if disconnect_grace_s is None else self.detached_since + disconnect_grace_s
+        due = math.inf if disconnect_grace_s is None else self.detached_at + disconnect_grace_s
         entries = self.journal.entries
         return min(due, entries[0].created_monotonic + ttl_s) if entries else due
 
     def expired(self, now: float, disconnect_grace_s: float | None) -> bool:
         """Left detached past the disconnect grace (a live session's Tick rule)."""
-        return disconnect_grace_s is not None and now - self.detached_since >= disconnect_grace_s
+        return disconnect_grace_s is not None and now - self.detached_at >= disconnect_grace_s

@@ -139,18 +139,9 @@ class SessionState:
             max_events=config.replay_max_events,
             strict=config.strict,
         )
-        # What a session parks, snapshots and stores, replaced whole on a change.
-        # Invariants (see check_invariants): attachment_generation >= 1, only
-        # grows, names the current (or last) attachment; lease_generation is
-        # the lease the attached connection serves, only grows;
-        # orphaned_lease_generation is None or a lease nobody serves yet,
-        # parked for the next activation; recovery_token_digest is None unless
-        # a failed activation handed the presented token back (honoured only
-        # while detached, once); last_resume is the latest resume's generation
-        # and the digest it accepted, for an AbortResume from a caller that
-        # gave up before it saw the result; detached_since is None iff attached
-        # (or closed). Only the token's digest is kept; open() hands the
-        # plaintext out, once.
+        # What a session parks, snapshots and stores (its invariants are on
+        # SessionFields), replaced whole on a change: a snapshot holds it as is.
+        # Only the token's digest is kept; open() hands the plaintext out, once.
         self._fields = SessionFields(
             token_digest=token_digest((token or ResumeToken.generate()).plaintext),
             recovery_token_digest=None,
@@ -158,7 +149,7 @@ class SessionState:
             lease_generation=lease_generation,
             orphaned_lease_generation=None,
             last_resume=None,
-            detached_since=None,
+            detached_at=None,
         )
         # Invariant: None or attachment.generation == attachment_generation.
         self._attachment: TransportAttachment | None = TransportAttachment(
@@ -274,16 +265,16 @@ class SessionState:
         """
         if self.phase not in (SessionPhase.DETACHED, SessionPhase.RECOVERING):
             return None
-        detached_since = self._fields.detached_since
-        if self._pending_resumes or detached_since is None:
+        detached_at = self._fields.detached_at
+        if self._pending_resumes or detached_at is None:
             return None
-        return max(detached_since, last_active)
+        return max(detached_at, last_active)
 
     def park(self) -> ParkedSession:
         """This session as plain data. Only for a parkable one (see `idle_since`)."""
         self._failpoint("passivate.enter")
         values = field_values(self._fields)
-        if self.idle_since(0.0) is None or values["detached_since"] is None:
+        if self.idle_since(0.0) is None or values["detached_at"] is None:
             raise ValueError(f"session {self._session_id} is not parkable in {self.phase}")
         parked = ParkedSession(session_id=self._session_id, journal=self._journal.park(), **values)
         self._failpoint("passivate.parked")
@@ -366,9 +357,9 @@ class SessionState:
         """What a store keeps of this session, times as wall clock (``clock + offset``)."""
         next_sequence, dropped_through, drop_runs, overflowed = self._journal.counters()
         values = field_values(self._fields)
-        detached = values["detached_since"]
+        detached = values["detached_at"]
         if detached is not None:
-            values["detached_since"] = detached + wall_offset
+            values["detached_at"] = detached + wall_offset
         return SessionRecord(
             next_sequence=next_sequence,
             dropped_through=dropped_through,
@@ -428,8 +419,8 @@ class SessionState:
             (len(fields.token_digest) == 32, "credential digest is not SHA-256"),
             (recovery is None or len(recovery) == 32, "recovery digest is not SHA-256"),
             (
-                self._closed or (self._attachment is None) == (fields.detached_since is not None),
-                "detached_since disagrees with the attachment",
+                self._closed or (self._attachment is None) == (fields.detached_at is not None),
+                "detached_at disagrees with the attachment",
             ),
         )
         for holds, what in checks:
@@ -485,7 +476,7 @@ class SessionState:
 
     def _detach(self, reason: str) -> None:
         self._attachment = None
-        self._fields = replace(self._fields, detached_since=self._clock())
+        self._fields = replace(self._fields, detached_at=self._clock())
         self._effects.append(
             RetireAttachment(
                 attachment_generation=self._fields.attachment_generation, reason=reason
@@ -652,7 +643,7 @@ class SessionState:
         self._fields = replace(
             fields,
             attachment_generation=generation,
-            detached_since=None,
+            detached_at=None,
             # The activating connection serves the newest lease the engine holds:
             # its own resume's, or a newer one abandoned while this one was pending.
             lease_generation=max(
@@ -729,13 +720,13 @@ class SessionState:
         pruned = self._journal.prune(command.now)
         self._failpoint("tick.pruned")
         grace = self._config.disconnect_grace_s
-        detached_since = self._fields.detached_since
+        detached_at = self._fields.detached_at
         expired = (
             grace is not None
-            and detached_since is not None
+            and detached_at is not None
             and self._pending_resumes == 0
             and not self._activations
-            and command.now - detached_since >= grace
+            and command.now - detached_at >= grace
         )
         return TickResult(pruned=pruned, expired=expired)
 

@@ -91,7 +91,7 @@ DEFAULT_LEASE_S = 10.0
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SessionRecord(SessionFields):
     """A session's persisted fields (its events are `StoredEvent` s): its
-    `SessionFields`, ``detached_since`` as wall-clock time (``None``: attached
+    `SessionFields`, ``detached_at`` as wall-clock time (``None``: attached
     when written), and its journal's counters."""
 
     next_sequence: int
@@ -347,8 +347,8 @@ def parked_from_store(stored: StoredSession, wall_offset: float) -> ParkedSessio
         store_loaded=True,
     )
     values = field_values(record)
-    detached_at = values["detached_since"]
-    values["detached_since"] = (time.time() if detached_at is None else detached_at) - wall_offset
+    detached_at = values["detached_at"]
+    values["detached_at"] = (time.time() if detached_at is None else detached_at) - wall_offset
     return ParkedSession(session_id=stored.session_id, journal=journal, **values)
 
 
@@ -455,16 +455,16 @@ class StoreBinding:
         self._last_sequence = record.next_sequence - 1
 
 
-#: What `_same_fields` compares as is: every field but ``detached_since``.
-_compared = operator.attrgetter(*(name for name in FIELD_NAMES if name != "detached_since"))
+#: What `_same_fields` compares as is: every field but ``detached_at``.
+_compared = operator.attrgetter(*(name for name in FIELD_NAMES if name != "detached_at"))
 
 
 def _same_fields(record: SessionRecord, last: SessionRecord) -> bool:
-    """Equal but for ``next_sequence`` (and ``detached_since``'s value, which moves
+    """Equal but for ``next_sequence`` (and ``detached_at``'s value, which moves
     with the wall clock offset: only whether it is set counts)."""
     return (
         _compared(record) == _compared(last)
-        and (record.detached_since is None) == (last.detached_since is None)
+        and (record.detached_at is None) == (last.detached_at is None)
         and record.dropped_through == last.dropped_through
         and record.overflowed == last.overflowed
         and record.drop_runs == last.drop_runs

@@ -209,7 +209,7 @@ def _fields(record: SessionRecord) -> list[str | bytes]:
         if record.orphaned_lease_generation is None
         else str(record.orphaned_lease_generation),
         "lr": "" if last is None else f"{last[0]}:{last[1].hex()}",
-        "da": "" if record.detached_since is None else repr(record.detached_since),
+        "da": "" if record.detached_at is None else repr(record.detached_at),
         "ns": str(record.next_sequence),
         "dt": str(record.dropped_through),
         "dr": json.dumps(record.drop_runs),
@@ -233,7 +233,7 @@ def _record(raw: dict[bytes, bytes]) -> SessionRecord:
         lease_generation=int(text["lg"]),
         orphaned_lease_generation=int(text["ol"]) if text["ol"] else None,
         last_resume=(int(generation), bytes.fromhex(digest)) if last else None,
-        detached_since=float(text["da"]) if text["da"] else None,
+        detached_at=float(text["da"]) if text["da"] else None,
         next_sequence=int(text["ns"]),
         dropped_through=int(text["dt"]),
         drop_runs=tuple((int(through), cast(GapReason, reason)) for through, reason in runs),

@@ -50,7 +50,7 @@ def record(
         lease_generation=0,
         orphaned_lease_generation=None,
         last_resume=None,
-        detached_since=None,
+        detached_at=None,
         next_sequence=next_sequence,
         dropped_through=dropped,
         drop_runs=((dropped, "acknowledged"),) if dropped else (),

@@ -32,7 +32,7 @@ SAMPLES: dict[str, Any] = {
     "lease_generation": 5,
     "orphaned_lease_generation": 6,
     "last_resume": (7, token_digest("accepted")),
-    "detached_since": 100.0,
+    "detached_at": 100.0,
 }
 
 #: Another value for every field, different from its sample.
@@ -43,7 +43,7 @@ OTHERS: dict[str, Any] = {
     "lease_generation": 9,
     "orphaned_lease_generation": None,
     "last_resume": None,
-    "detached_since": None,
+    "detached_at": None,
 }
 
 #: Exactly representable, so wall-clock conversions round-trip exactly.
@@ -108,7 +108,7 @@ def test_the_store_record_and_the_redis_hash_keep_every_field(name: str) -> None
     state = _unparked(FakeClock())
     record = state.store_record(WALL_OFFSET)
     expected = SAMPLES[name]
-    if name == "detached_since":
+    if name == "detached_at":
         expected += WALL_OFFSET  # a record's times are wall clock
     assert getattr(record, name) == expected
     flat = redis_hash(record)
@@ -129,6 +129,6 @@ def test_a_change_to_any_field_is_written(name: str) -> None:
     record = _unparked(FakeClock()).store_record(WALL_OFFSET)
     changed: SessionRecord = dataclasses.replace(record, **{name: OTHERS[name]})
     assert not _same_fields(changed, record)
-    # detached_since moves with the wall offset: only whether it is set counts.
-    moved = dataclasses.replace(record, detached_since=record.detached_since + 1.0)  # type: ignore[operator]
+    # detached_at moves with the wall offset: only whether it is set counts.
+    moved = dataclasses.replace(record, detached_at=record.detached_at + 1.0)  # type: ignore[operator]
     assert _same_fields(moved, record)
