@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
 from actors._errors import UnknownSessionError
+from actors._fields import SessionFields
 from actors._journal import ParkedJournal
 from actors._messages import (
     AbortResume,
@@ -182,7 +183,7 @@ class ResumeStash(Generic[T]):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ParkedSession:
+class ParkedSession(SessionFields):
     """A passivated session as plain data: no transport, no callables, no thread.
 
     Only a detached session with no resume claimed and no activation on the
@@ -191,13 +192,7 @@ class ParkedSession:
     """
 
     session_id: str
-    token_digest: bytes = field(repr=False)
-    attachment_generation: int
-    lease_generation: int
-    orphaned_lease_generation: int | None
-    recovery_token_digest: bytes | None = field(repr=False)
-    last_resume: tuple[int, bytes] | None = field(repr=False)
-    detached_since: float
+    detached_at: float
     journal: ParkedJournal = field(repr=False)
 
     @property
@@ -212,10 +207,10 @@ class ParkedSession:
     def sweep_due(self, disconnect_grace_s: float | None, ttl_s: float) -> float:
         """When a sweep next has work here: the expiry, or the oldest
         event's TTL, whichever comes first (``inf``: never)."""
-        due = math.inf if disconnect_grace_s is None else self.detached_since + disconnect_grace_s
+        due = math.inf if disconnect_grace_s is None else self.detached_at + disconnect_grace_s
         entries = self.journal.entries
         return min(due, entries[0].created_monotonic + ttl_s) if entries else due
 
     def expired(self, now: float, disconnect_grace_s: float | None) -> bool:
         """Left detached past the disconnect grace (a live session's Tick rule)."""
-        return disconnect_grace_s is not None and now - self.detached_since >= disconnect_grace_s
+        return disconnect_grace_s is not None and now - self.detached_at >= disconnect_grace_s

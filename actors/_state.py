@@ -35,9 +35,10 @@ from __future__ import annotations
 import hmac
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
-from actors._credential import ResumeCredential, ResumeToken, token_digest
+from actors._credential import ResumeToken, token_digest
 from actors._errors import (
     InvalidInputError,
     InvalidPayloadError,
@@ -46,6 +47,7 @@ from actors._errors import (
     SessionError,
     UnknownSessionError,
 )
+from actors._fields import SessionFields, field_values
 from actors._journal import EventJournal, JournalEntry, normalize_payload
 from actors._lifecycle import ParkedSession, SessionPhase
 from actors._messages import (
@@ -137,33 +139,28 @@ class SessionState:
             max_events=config.replay_max_events,
             strict=config.strict,
         )
-        # Only the digest is kept; open() hands the plaintext out, once.
-        self._credential = ResumeCredential.from_token(token or ResumeToken.generate())
-        # Invariant: >= 1, only grows; names the current (or last) attachment.
-        self._attachment_generation = 1
-        # Invariant: None or attachment.generation == _attachment_generation.
+        # What a session parks, snapshots and stores (its invariants are on
+        # SessionFields), replaced whole on a change: a snapshot holds it as is.
+        # Only the token's digest is kept; open() hands the plaintext out, once.
+        self._fields = SessionFields(
+            token_digest=token_digest((token or ResumeToken.generate()).plaintext),
+            recovery_token_digest=None,
+            attachment_generation=1,
+            lease_generation=lease_generation,
+            orphaned_lease_generation=None,
+            last_resume=None,
+            detached_at=None,
+        )
+        # Invariant: None or attachment.generation == attachment_generation.
         self._attachment: TransportAttachment | None = TransportAttachment(
             generation=1, send=send, close=close
         )
-        # Invariant: the lease the attached connection serves; only grows.
-        self._lease_generation = lease_generation
         # Invariant: >= 0; begin_resume claims not yet ended.
         self._pending_resumes = 0
-        # Invariant: None, or a lease nobody serves yet, parked for the next activation.
-        self._orphaned_lease_generation: int | None = None
-        # Invariant: None unless a failed activation handed the presented token
-        # back; honoured only while detached, once.
-        self._recovery_token_digest: bytes | None = None
         # Activations on the wire: generation -> digest the resume accepted
         # (what a rollback restores as the recovery token).
-        # Invariant: every key <= _attachment_generation.
+        # Invariant: every key <= attachment_generation.
         self._activations: dict[int, bytes] = {}
-        # The latest resume's generation and the digest it accepted, for an
-        # AbortResume from a caller that gave up before it saw the result.
-        # Invariant: None or its generation <= _attachment_generation.
-        self._last_resume: tuple[int, bytes] | None = None
-        # Invariant: None iff attached (or closed); when the session was detached.
-        self._detached_since: float | None = None
         self._closed = False
         self._effects: list[Effect] = []
         # The snapshot the last handle() took: undo() returns to it.
@@ -221,11 +218,11 @@ class SessionState:
 
     @property
     def attachment_generation(self) -> int:
-        return self._attachment_generation
+        return self._fields.attachment_generation
 
     @property
     def lease_generation(self) -> int:
-        return self._lease_generation
+        return self._fields.lease_generation
 
     @property
     def pending_resumes(self) -> int:
@@ -233,7 +230,7 @@ class SessionState:
 
     @property
     def orphaned_lease_generation(self) -> int | None:
-        return self._orphaned_lease_generation
+        return self._fields.orphaned_lease_generation
 
     @property
     def activation_in_flight(self) -> bool:
@@ -253,7 +250,7 @@ class SessionState:
             return SessionPhase.ACTIVATING
         if self._attachment is not None:
             return SessionPhase.ATTACHED
-        if self._recovery_token_digest is not None:
+        if self._fields.recovery_token_digest is not None:
             return SessionPhase.RECOVERING
         return SessionPhase.DETACHED
 
@@ -268,27 +265,18 @@ class SessionState:
         """
         if self.phase not in (SessionPhase.DETACHED, SessionPhase.RECOVERING):
             return None
-        if self._pending_resumes or self._detached_since is None:
+        detached_at = self._fields.detached_at
+        if self._pending_resumes or detached_at is None:
             return None
-        return max(self._detached_since, last_active)
+        return max(detached_at, last_active)
 
     def park(self) -> ParkedSession:
         """This session as plain data. Only for a parkable one (see `idle_since`)."""
         self._failpoint("passivate.enter")
-        detached_since = self._detached_since
-        if self.idle_since(0.0) is None or detached_since is None:
+        values = field_values(self._fields)
+        if self.idle_since(0.0) is None or values["detached_at"] is None:
             raise ValueError(f"session {self._session_id} is not parkable in {self.phase}")
-        parked = ParkedSession(
-            session_id=self._session_id,
-            token_digest=self._credential.token_digest,
-            attachment_generation=self._attachment_generation,
-            lease_generation=self._lease_generation,
-            orphaned_lease_generation=self._orphaned_lease_generation,
-            recovery_token_digest=self._recovery_token_digest,
-            last_resume=self._last_resume,
-            detached_since=detached_since,
-            journal=self._journal.park(),
-        )
+        parked = ParkedSession(session_id=self._session_id, journal=self._journal.park(), **values)
         self._failpoint("passivate.parked")
         return parked
 
@@ -316,16 +304,11 @@ class SessionState:
             max_events=config.replay_max_events,
             strict=config.strict,
         )
-        state._credential = ResumeCredential(token_digest=parked.token_digest)
-        state._attachment_generation = parked.attachment_generation
+        # A copy, not the parked session itself: that would keep its journal alive.
+        state._fields = SessionFields(**field_values(parked))
         state._attachment = None
-        state._lease_generation = parked.lease_generation
         state._pending_resumes = 0
-        state._orphaned_lease_generation = parked.orphaned_lease_generation
-        state._recovery_token_digest = parked.recovery_token_digest
         state._activations = {}
-        state._last_resume = parked.last_resume
-        state._detached_since = parked.detached_since
         state._closed = False
         state._effects = []
         state._undo_point = None
@@ -335,9 +318,9 @@ class SessionState:
     def __repr__(self) -> str:
         return (
             f"SessionState(session_id={self._session_id!r}, "
-            f"attachment_generation={self._attachment_generation}, "
+            f"attachment_generation={self._fields.attachment_generation}, "
             f"attached={self._attachment is not None}, "
-            f"lease_generation={self._lease_generation}, journal={self._journal!r})"
+            f"lease_generation={self._fields.lease_generation}, journal={self._journal!r})"
         )
 
     # -- the one entry point -------------------------------------------------
@@ -373,19 +356,16 @@ class SessionState:
     def store_record(self, wall_offset: float) -> SessionRecord:
         """What a store keeps of this session, times as wall clock (``clock + offset``)."""
         next_sequence, dropped_through, drop_runs, overflowed = self._journal.counters()
-        detached = self._detached_since
+        values = field_values(self._fields)
+        detached = values["detached_at"]
+        if detached is not None:
+            values["detached_at"] = detached + wall_offset
         return SessionRecord(
-            token_digest=self._credential.token_digest,
-            recovery_token_digest=self._recovery_token_digest,
-            attachment_generation=self._attachment_generation,
-            lease_generation=self._lease_generation,
-            orphaned_lease_generation=self._orphaned_lease_generation,
-            last_resume=self._last_resume,
-            detached_at=None if detached is None else detached + wall_offset,
             next_sequence=next_sequence,
             dropped_through=dropped_through,
             drop_runs=drop_runs,
             overflowed=overflowed,
+            **values,
         )
 
     def entries_after(self, sequence: int) -> tuple[JournalEntry, ...]:
@@ -396,66 +376,51 @@ class SessionState:
     def snapshot(self) -> StateSnapshot:
         return StateSnapshot(
             journal=self._journal.snapshot(),
-            token_digest=self._credential.token_digest,
+            fields=self._fields,
             attachment=self._attachment,
-            attachment_generation=self._attachment_generation,
-            lease_generation=self._lease_generation,
             pending_resumes=self._pending_resumes,
-            orphaned_lease_generation=self._orphaned_lease_generation,
-            recovery_token_digest=self._recovery_token_digest,
             activations=tuple(self._activations.items()),
-            last_resume=self._last_resume,
-            detached_since=self._detached_since,
             closed=self._closed,
         )
 
     def restore(self, snapshot: StateSnapshot) -> None:
         """Return to ``snapshot``, which must be the latest one taken."""
         self._journal.restore(snapshot.journal)
-        self._credential.token_digest = snapshot.token_digest
+        self._fields = snapshot.fields
         self._attachment = snapshot.attachment
-        self._attachment_generation = snapshot.attachment_generation
-        self._lease_generation = snapshot.lease_generation
         self._pending_resumes = snapshot.pending_resumes
-        self._orphaned_lease_generation = snapshot.orphaned_lease_generation
-        self._recovery_token_digest = snapshot.recovery_token_digest
         self._activations = dict(snapshot.activations)
-        self._last_resume = snapshot.last_resume
-        self._detached_since = snapshot.detached_since
         self._closed = snapshot.closed
         self._effects = []
 
     def check_invariants(self) -> None:
         """Raise ``AssertionError`` naming the first invariant that does not hold."""
+        fields = self._fields
+        generation = fields.attachment_generation
+        orphan = fields.orphaned_lease_generation
+        recovery = fields.recovery_token_digest
         checks: tuple[tuple[bool, str], ...] = (
-            (self._attachment_generation >= 1, "attachment generation below 1"),
+            (generation >= 1, "attachment generation below 1"),
             (
-                self._attachment is None
-                or self._attachment.generation == self._attachment_generation,
+                self._attachment is None or self._attachment.generation == generation,
                 "attachment is not the current generation",
             ),
-            (self._lease_generation >= 0, "negative lease generation"),
+            (fields.lease_generation >= 0, "negative lease generation"),
             (self._pending_resumes >= 0, "negative pending resumes"),
+            (orphan is None or orphan >= 0, "negative orphaned lease generation"),
             (
-                self._orphaned_lease_generation is None or self._orphaned_lease_generation >= 0,
-                "negative orphaned lease generation",
-            ),
-            (
-                all(g <= self._attachment_generation for g in self._activations),
+                all(g <= generation for g in self._activations),
                 "an activation is newer than the current generation",
             ),
             (
-                self._last_resume is None or self._last_resume[0] <= self._attachment_generation,
+                fields.last_resume is None or fields.last_resume[0] <= generation,
                 "the last resume is newer than the current generation",
             ),
-            (len(self._credential.token_digest) == 32, "credential digest is not SHA-256"),
+            (len(fields.token_digest) == 32, "credential digest is not SHA-256"),
+            (recovery is None or len(recovery) == 32, "recovery digest is not SHA-256"),
             (
-                self._recovery_token_digest is None or len(self._recovery_token_digest) == 32,
-                "recovery digest is not SHA-256",
-            ),
-            (
-                self._closed or (self._attachment is None) == (self._detached_since is not None),
-                "detached_since disagrees with the attachment",
+                self._closed or (self._attachment is None) == (fields.detached_at is not None),
+                "detached_at disagrees with the attachment",
             ),
         )
         for holds, what in checks:
@@ -472,8 +437,8 @@ class SessionState:
         return LifecycleEvent(
             kind=kind,
             session_id=self._session_id,
-            attachment_generation=self._attachment_generation,
-            lease_generation=self._lease_generation,
+            attachment_generation=self._fields.attachment_generation,
+            lease_generation=self._fields.lease_generation,
             reason=reason,
         )
 
@@ -484,33 +449,38 @@ class SessionState:
 
     def _validate_resume_identity(self, token: str) -> bool:
         """``False``: the current token. ``True``: the one-shot recovery token."""
-        if self._credential.verify(token):
+        digest = token_digest(token)
+        if hmac.compare_digest(self._fields.token_digest, digest):
             return False
-        recovery = self._recovery_token_digest
+        recovery = self._fields.recovery_token_digest
         if (
             self._attachment is None
             and recovery is not None
-            and hmac.compare_digest(recovery, token_digest(token))
+            and hmac.compare_digest(recovery, digest)
         ):
             return True
         raise InvalidResumeTokenError(f"invalid resume token for duplex session {self._session_id}")
 
     def _settle_orphan(self) -> int | None:
-        orphan = self._orphaned_lease_generation
+        fields = self._fields
+        orphan = fields.orphaned_lease_generation
         if orphan is None or self._pending_resumes > 0:
             # Nothing parked, or the next activation absorbs it (see resume).
             return None
-        self._orphaned_lease_generation = None
         if self._attachment is not None:
-            self._lease_generation = max(self._lease_generation, orphan)
+            lease = max(fields.lease_generation, orphan)
+            self._fields = replace(fields, orphaned_lease_generation=None, lease_generation=lease)
             return None
+        self._fields = replace(fields, orphaned_lease_generation=None)
         return orphan
 
     def _detach(self, reason: str) -> None:
         self._attachment = None
-        self._detached_since = self._clock()
+        self._fields = replace(self._fields, detached_at=self._clock())
         self._effects.append(
-            RetireAttachment(attachment_generation=self._attachment_generation, reason=reason)
+            RetireAttachment(
+                attachment_generation=self._fields.attachment_generation, reason=reason
+            )
         )
 
     # -- handlers, one per command ----------------------------------------------
@@ -593,15 +563,15 @@ class SessionState:
             check_generation(wanted, what="attachment_generation", optional=True)
         if self._attachment is None:
             return None
-        if wanted is not None and wanted != self._attachment_generation:
+        if wanted is not None and wanted != self._fields.attachment_generation:
             return None
         self._detach("detached")
         self._failpoint("release_attachment.detached")
         self._effects.append(Notify(event=self._event("detached")))
         return DetachedAttachment(
             session_id=self._session_id,
-            attachment_generation=self._attachment_generation,
-            lease_generation=self._lease_generation,
+            attachment_generation=self._fields.attachment_generation,
+            lease_generation=self._fields.lease_generation,
         )
 
     def _on_begin_resume(self, command: BeginResume) -> None:
@@ -620,9 +590,8 @@ class SessionState:
         self._failpoint("settle_lease_generation.enter")
         if self._config.strict:
             check_generation(command.lease_generation, what="lease_generation", optional=False)
-        self._orphaned_lease_generation = max(
-            self._orphaned_lease_generation or 0, command.lease_generation
-        )
+        orphan = max(self._fields.orphaned_lease_generation or 0, command.lease_generation)
+        self._fields = replace(self._fields, orphaned_lease_generation=orphan)
         self._failpoint("settle_lease_generation.parked")
         return self._settle_orphan()
 
@@ -634,7 +603,7 @@ class SessionState:
         self._failpoint("is_current_attachment.enter")
         return (
             self._attachment is not None
-            and self._attachment_generation == command.attachment_generation
+            and self._fields.attachment_generation == command.attachment_generation
         )
 
     def _on_authenticate_resume(self, command: AuthenticateResume) -> None:
@@ -653,33 +622,39 @@ class SessionState:
         used_recovery = self._validate_resume_identity(token)
         replay = self._journal.replay_after(command.last_received_server_event_seq)
         self._failpoint("resume.verified")
-        accepted_digest = self._credential.token_digest
-        if used_recovery and self._recovery_token_digest is not None:
-            accepted_digest = self._recovery_token_digest
-        self._recovery_token_digest = None
-        rotated = self._credential.rotate()
+        fields = self._fields
+        accepted_digest = fields.token_digest
+        if used_recovery and fields.recovery_token_digest is not None:
+            accepted_digest = fields.recovery_token_digest
+        rotated = ResumeToken.generate()
+        self._fields = fields = replace(
+            fields, recovery_token_digest=None, token_digest=token_digest(rotated.plaintext)
+        )
         self._failpoint("resume.rotated")
         replaced = self._attachment
         if replaced is not None:
             self._effects.append(
                 RetireAttachment(attachment_generation=replaced.generation, reason="replaced")
             )
-        self._attachment_generation += 1
-        generation = self._attachment_generation
+        generation = fields.attachment_generation + 1
         self._attachment = TransportAttachment(
             generation=generation, send=command.send, close=command.close
         )
-        self._detached_since = None
-        # The activating connection serves the newest lease the engine holds:
-        # its own resume's, or a newer one abandoned while this one was pending.
-        self._lease_generation = max(
-            self._lease_generation,
-            command.lease_generation if command.lease_generation is not None else 0,
-            self._orphaned_lease_generation or 0,
+        self._fields = replace(
+            fields,
+            attachment_generation=generation,
+            detached_at=None,
+            # The activating connection serves the newest lease the engine holds:
+            # its own resume's, or a newer one abandoned while this one was pending.
+            lease_generation=max(
+                fields.lease_generation,
+                command.lease_generation if command.lease_generation is not None else 0,
+                fields.orphaned_lease_generation or 0,
+            ),
+            orphaned_lease_generation=None,
+            last_resume=(generation, accepted_digest),
         )
-        self._orphaned_lease_generation = None
         self._failpoint("resume.attached")
-        self._last_resume = (generation, accepted_digest)
         if command.activation_payload_factory is not None:
             self._activations[generation] = accepted_digest
             self._effects.append(
@@ -714,7 +689,7 @@ class SessionState:
         generation = command.attachment_generation
         accepted_digest = self._activations.pop(generation, None)
         if accepted_digest is None:
-            last = self._last_resume
+            last = self._fields.last_resume
             if last is None or last[0] != generation:
                 return False
             accepted_digest = last[1]
@@ -724,15 +699,19 @@ class SessionState:
         # The seed's rollback, generation-checked: a later resume that took
         # over keeps its attachment. The presented token works again, once;
         # the lease the provisional attachment served is parked as the orphan.
-        if self._attachment_generation != generation:
+        if self._fields.attachment_generation != generation:
             return False
         if self._attachment is not None:
             self._detach("activation_failed")
-        self._recovery_token_digest = accepted_digest
-        self._orphaned_lease_generation = max(
-            self._orphaned_lease_generation or 0, self._lease_generation
+        fields = self._fields
+        self._fields = replace(
+            fields,
+            recovery_token_digest=accepted_digest,
+            orphaned_lease_generation=max(
+                fields.orphaned_lease_generation or 0, fields.lease_generation
+            ),
+            last_resume=None,
         )
-        self._last_resume = None
         self._failpoint(failpoint)
         return True
 
@@ -741,12 +720,13 @@ class SessionState:
         pruned = self._journal.prune(command.now)
         self._failpoint("tick.pruned")
         grace = self._config.disconnect_grace_s
+        detached_at = self._fields.detached_at
         expired = (
             grace is not None
-            and self._detached_since is not None
+            and detached_at is not None
             and self._pending_resumes == 0
             and not self._activations
-            and command.now - self._detached_since >= grace
+            and command.now - detached_at >= grace
         )
         return TickResult(pruned=pruned, expired=expired)
 

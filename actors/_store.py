@@ -52,6 +52,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import operator
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -62,6 +63,7 @@ from actors._errors import (
     GapReason,
     StoreUnavailableError,
 )
+from actors._fields import FIELD_NAMES, SessionFields, field_values
 from actors._journal import JournalEntry, ParkedJournal
 from actors._lifecycle import ParkedSession
 
@@ -87,17 +89,11 @@ DEFAULT_LEASE_S = 10.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class SessionRecord:
-    """A session's persisted fields (its events are `StoredEvent` s)."""
+class SessionRecord(SessionFields):
+    """A session's persisted fields (its events are `StoredEvent` s): its
+    `SessionFields`, ``detached_at`` as wall-clock time (``None``: attached
+    when written), and its journal's counters."""
 
-    token_digest: bytes = field(repr=False)
-    recovery_token_digest: bytes | None = field(repr=False)
-    attachment_generation: int
-    lease_generation: int
-    orphaned_lease_generation: int | None
-    last_resume: tuple[int, bytes] | None = field(repr=False)
-    #: Wall-clock time it was detached; ``None``: attached when written.
-    detached_at: float | None
     next_sequence: int
     dropped_through: int
     drop_runs: tuple[tuple[int, GapReason], ...]
@@ -371,19 +367,10 @@ def parked_from_store(stored: StoredSession, wall_offset: float) -> ParkedSessio
         # Its head is the store's: a client beyond it is a store_lost gap.
         store_loaded=True,
     )
-    detached_at = record.detached_at
-    now_wall = time.time()
-    return ParkedSession(
-        session_id=stored.session_id,
-        token_digest=record.token_digest,
-        attachment_generation=record.attachment_generation,
-        lease_generation=record.lease_generation,
-        orphaned_lease_generation=record.orphaned_lease_generation,
-        recovery_token_digest=record.recovery_token_digest,
-        last_resume=record.last_resume,
-        detached_since=(now_wall if detached_at is None else detached_at) - wall_offset,
-        journal=journal,
-    )
+    values = field_values(record)
+    detached_at = values["detached_at"]
+    values["detached_at"] = (time.time() if detached_at is None else detached_at) - wall_offset
+    return ParkedSession(session_id=stored.session_id, journal=journal, **values)
 
 
 class Checkpointable(Protocol):
@@ -512,18 +499,17 @@ class StoreBinding:
         self._last_sequence = record.next_sequence - 1
 
 
+#: What `_same_fields` compares as is: every field but ``detached_at``.
+_compared = operator.attrgetter(*(name for name in FIELD_NAMES if name != "detached_at"))
+
+
 def _same_fields(record: SessionRecord, last: SessionRecord) -> bool:
     """Equal but for ``next_sequence`` (and ``detached_at``'s value, which moves
     with the wall clock offset: only whether it is set counts)."""
     return (
-        record.token_digest == last.token_digest
-        and record.attachment_generation == last.attachment_generation
-        and record.lease_generation == last.lease_generation
+        _compared(record) == _compared(last)
         and (record.detached_at is None) == (last.detached_at is None)
         and record.dropped_through == last.dropped_through
         and record.overflowed == last.overflowed
-        and record.recovery_token_digest == last.recovery_token_digest
-        and record.orphaned_lease_generation == last.orphaned_lease_generation
-        and record.last_resume == last.last_resume
         and record.drop_runs == last.drop_runs
     )

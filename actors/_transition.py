@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
 from actors._errors import InvalidInputError, InvalidSessionIdError, SessionError
+from actors._fields import SessionFields
 from actors._journal import JournalSnapshot
 from actors._messages import Effect, TransportAttachment
 
@@ -139,20 +140,16 @@ class StateSnapshot(NamedTuple):
     """
 
     journal: JournalSnapshot
-    token_digest: bytes
+    #: Immutable, so the snapshot holds the live state's own record.
+    fields: SessionFields
+    # What only a live session has (never parked or stored).
     attachment: TransportAttachment | None
-    attachment_generation: int
-    lease_generation: int
     pending_resumes: int
-    orphaned_lease_generation: int | None
-    recovery_token_digest: bytes | None
     activations: tuple[tuple[int, bytes], ...]
-    last_resume: tuple[int, bytes] | None
-    detached_since: float | None
     closed: bool
 
     def __repr__(self) -> str:  # digests are not tokens, but stay out of logs anyway
         return (
-            f"StateSnapshot(attachment_generation={self.attachment_generation}, "
-            f"lease_generation={self.lease_generation}, closed={self.closed})"
+            f"StateSnapshot(attachment_generation={self.fields.attachment_generation}, "
+            f"lease_generation={self.fields.lease_generation}, closed={self.closed})"
         )

@@ -7,6 +7,7 @@ learns the outcome from ``ActivationOutcome``; a failed one is the seed's
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -284,7 +285,8 @@ def test_recovery_token_is_refused_while_a_connection_is_attached() -> None:
     outcome(world, 2, delivered=False)
     snapshot = world.state.snapshot()
     attached = TransportAttachment(generation=2, send=wire_send, close=wire_close)
-    world.state.restore(snapshot._replace(attachment=attached, detached_since=None))
+    fields = replace(snapshot.fields, detached_at=None)
+    world.state.restore(snapshot._replace(attachment=attached, fields=fields))
     world.state.check_invariants()
     fails(auth(world, presented, 0), InvalidResumeTokenError)
 
