@@ -415,10 +415,7 @@ class SessionActor(LoopActor):
             # session over, which this process, not having written since,
             # never heard of: let go, and route the resume again, to be taken
             # over from the store here if the store accepts the token.
-            self._replaced()
-            self._context.owner.call(
-                self.session_id, command, call.reply, call.outbox, internal=call.internal
-            )
+            self._route_again(call)
             return
         if not isinstance(command, _NOT_ACTIVITY):
             self._last_active = self._context.clock()
@@ -461,10 +458,7 @@ class SessionActor(LoopActor):
             # the lease by proving the same token without writing since (its
             # connection ended before its resume): a takeover to make here,
             # as for a token this process never heard of (`_carry_out`).
-            self._replaced()
-            self._context.owner.call(
-                self.session_id, call.command, call.reply, call.outbox, internal=call.internal
-            )
+            self._route_again(call)
         elif isinstance(exc, SessionReplacedError):
             call.reply.fail(exc)
             self._replaced()
@@ -602,6 +596,14 @@ class SessionActor(LoopActor):
             return not binding.store.renew(self.session_id, binding.epoch)
         except StoreError:
             return False  # the store cannot say: answer as this process knows it
+
+    def _route_again(self, call: Call) -> None:
+        """Another process holds the session: let go of it here and hand ``call``
+        back to the supervisor, which takes the session over from the store."""
+        self._replaced()
+        self._context.owner.call(
+            self.session_id, call.command, call.reply, call.outbox, internal=call.internal
+        )
 
     def _replaced(self) -> None:
         """Another process took this session over: let go of it here."""
