@@ -51,7 +51,8 @@ def _row(table: str, name: str) -> str:
 
 def test_a_failover_under_replicas_1_loses_and_repeats_nothing(tmp_path: Path) -> None:
     result = _cluster_demo(tmp_path, "--redis-durability", "replicas=1")
-    assert result.returncode == 0, (result.stdout, result.stderr)
+    # A string, not a tuple: pytest shortens a tuple's repr, and the table is what says why.
+    assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
     table = result.stdout
     for name in ("lost", "duplicated", "errors", "stranded (no event after the kill)"):
         assert _row(table, name) == "0", name
