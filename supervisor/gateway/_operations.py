@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
 import anyio.abc
@@ -24,10 +24,11 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from supervisor.gateway._config import GatewayConfig, GatewayCounters
 from supervisor.gateway._demo_page import demo_page_routes
 
 if TYPE_CHECKING:
-    from supervisor.gateway._service import GatewayService
+    from supervisor._async_door import AsyncSessionRegistry
 
 __all__ = ["CONTENT_TYPE", "GatewayMetrics", "http_routes", "serve_operations"]
 
@@ -40,8 +41,26 @@ _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 503: "Service Unava
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
+class OperatedGateway(Protocol):
+    """What operations read of a gateway (`supervisor.gateway._service.GatewayService`),
+    named here because that module builds its metrics from this one."""
+
+    config: GatewayConfig
+    registry: AsyncSessionRegistry
+    counters: GatewayCounters
+    metrics: GatewayMetrics
+    #: False once shutting down: ``/readyz`` answers 503.
+    accepting: bool
+    frames_delivered: int
+    sends_in_progress: int
+    #: The operations port bound (set by `serve_operations`).
+    metrics_port: int | None
+
+    def connections_open(self) -> int: ...
+
+
 class _Figures(Collector):
-    def __init__(self, service: GatewayService) -> None:
+    def __init__(self, service: OperatedGateway) -> None:
         self._service = service
 
     def collect(self) -> Iterator[Metric]:
@@ -120,7 +139,7 @@ class _Figures(Collector):
 class GatewayMetrics:
     """One gateway's Prometheus registry."""
 
-    def __init__(self, service: GatewayService) -> None:
+    def __init__(self, service: OperatedGateway) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Figures(service))
         self.send_latency = Histogram(
@@ -135,7 +154,7 @@ class GatewayMetrics:
 
 
 def http_routes(
-    service: GatewayService, *, operations_port: bool = False
+    service: OperatedGateway, *, operations_port: bool = False
 ) -> Callable[[str], tuple[int, str, bytes] | None]:
     """The plain GETs every shell answers: path -> (status, content type, body).
     ``/metrics`` only on the operations port, when the gateway has one."""
@@ -162,7 +181,7 @@ def http_routes(
 
 
 async def serve_operations(
-    service: GatewayService, *, task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED
+    service: OperatedGateway, *, task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED
 ) -> None:
     """Answer ``GET /metrics``, ``/healthz``, ``/readyz`` (HTTP/1.x, one request per
     connection) on ``metrics_host:metrics_port`` until cancelled; ``task_status``
