@@ -215,6 +215,10 @@ class Admission:
     def _failed_resume(self, address: str, session_id: str, error: ProtocolError) -> ProtocolError:
         return self.throttles.failed_resume(address, session_id, error, anyio.current_time())
 
+    def _not_its_identity(self, address: str, session_id: str) -> ProtocolError:
+        error = ProtocolError("unauthorized", "this session belongs to another identity")
+        return self._failed_resume(address, session_id, error)
+
     async def _authenticate_resume(self, address: str, frame: ResumeSession) -> None:
         """The token, then the sequence (the seed's order), as protocol errors."""
         session_id = frame.session_id
@@ -264,19 +268,11 @@ class Admission:
         if session_id not in self._identity and not await self._same_identity(session_id, identity):
             # Held by another process, opened by another identity: refused
             # before the token is tried, so nothing is taken over.
-            raise self._failed_resume(
-                address,
-                session_id,
-                ProtocolError("unauthorized", "this session belongs to another identity"),
-            )
+            raise self._not_its_identity(address, session_id)
         await self._authenticate_resume(address, frame)
         if session_id in self._identity and self._identity[session_id] != identity:
             # The token is right, the client is not the session's: no resume.
-            raise self._failed_resume(
-                address,
-                session_id,
-                ProtocolError("unauthorized", "this session belongs to another identity"),
-            )
+            raise self._not_its_identity(address, session_id)
         await self.registry.begin_resume(session_id)
         try:
             result = await self.registry.resume(
