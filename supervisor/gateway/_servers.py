@@ -253,6 +253,16 @@ def hypercorn_settings(config: GatewayConfig) -> Any:
 # -- uvicorn -----------------------------------------------------------------------------
 
 
+def _gateway_app(options: ServeOptions) -> GatewayApp:
+    """The ASGI app an ASGI server serves, with ``serve``'s engine and options."""
+    return GatewayApp(
+        options.config,
+        engine=options.engine,
+        authenticate=options.authenticate,
+        registry_options=options.registry_options,
+    )
+
+
 def _serve_uvicorn(options: ServeOptions) -> int:
     from supervisor.gateway._uvicorn import (  # noqa: PLC0415 - needs uvicorn
         GatewayServer,
@@ -260,12 +270,7 @@ def _serve_uvicorn(options: ServeOptions) -> int:
     )
 
     config = options.config
-    app = GatewayApp(
-        config,
-        engine=options.engine,
-        authenticate=options.authenticate,
-        registry_options=options.registry_options,
-    )
+    app = _gateway_app(options)
     sock = _bound(options)
     port = sock.getsockname()[1]
     shell = UvicornShell(config)
@@ -337,12 +342,7 @@ async def _serve_hypercorn(options: ServeOptions) -> int:
     from supervisor.gateway._hypercorn import HypercornShell  # noqa: PLC0415 - needs it
 
     config = options.config
-    app = GatewayApp(
-        config,
-        engine=options.engine,
-        authenticate=options.authenticate,
-        registry_options=options.registry_options,
-    )
+    app = _gateway_app(options)
     settings = _hypercorn_serve_settings(options)
     received: list[int] = []
 
