@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 from actors._lifecycle import ParkedSession, unknown_session_answer
 from actors._mailbox import SessionMailbox
@@ -20,8 +20,9 @@ from actors._ports import LoopPort, Outbox, Reply
 from actors._state import Failpoints, SessionConfig
 from actors._store import Committer, SessionStore, StoredSession
 
-if TYPE_CHECKING:
-    from actors._session import SessionActor
+#: The session actor, as its owner is told about it. A type parameter, not
+#: `actors._session.SessionActor`: that module imports this one.
+ActorT_contra = TypeVar("ActorT_contra", contravariant=True)
 
 __all__ = [
     "NO_REPLY",
@@ -70,12 +71,12 @@ class CrashReport:
     retry_crashed: bool = False
 
 
-class SessionOwner(Protocol):
+class SessionOwner(Protocol[ActorT_contra]):
     """The supervisor's side, as a session actor sees it."""
 
-    def actor_started(self, actor: SessionActor) -> None: ...
+    def actor_started(self, actor: ActorT_contra) -> None: ...
 
-    def actor_parked(self, actor: SessionActor, parked: ParkedSession) -> None: ...
+    def actor_parked(self, actor: ActorT_contra, parked: ParkedSession) -> None: ...
 
     def session_crashed(self, report: CrashReport) -> None: ...
 
@@ -104,7 +105,8 @@ class SessionContext:
     #: The registry's loop: callbacks go there, and every actor runs on it.
     port: LoopPort
     notify: Callable[[LifecycleEvent], None]
-    owner: SessionOwner
+    #: Told about the actor that holds this context (a `SessionActor`).
+    owner: SessionOwner[Any]
     #: Where committed transitions are written (None: this process's memory only).
     store: SessionStore | None = None
     #: With a store that does I/O: writes the sessions' commits off the loop,

@@ -3,10 +3,10 @@
 `AsyncSessionRegistry` has every method of the seed's registry, with
 the same names, parameters, results and errors, plus ``send_event_nowait``,
 ``send_events``, ``abandon_resume``, ``sweep``, ``stats`` and
-``session_ids``. A subclass says how its loop waits (`LoopReply`),
-pumps an outbox, sleeps, shields a wait and spells cancellation; the trio and
-asyncio doors are those subclasses, and the thread door runs the trio one on
-a loop thread of its own. Shutdown is written here once for all three.
+``session_ids``. What a loop supplies, the shutdown and the undoing of a
+cancelled call are in `supervisor._door_loop`; how a call reaches its
+session, in `supervisor._door_calls`; the engine-lease calls, in
+`supervisor._door_leases`.
 
 Callers never park a thread: a call is a message to the session's actor, and
 the actor answers by scheduling a callback on the caller's loop.
@@ -18,45 +18,27 @@ more than a third of its lines.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
 
-from actors._errors import (
-    RegistryClosedError,
-    SessionCrashedError,
-    SessionError,
-    UnknownSessionError,
-)
+from actors._errors import UnknownSessionError
 from actors._journal import JournalEntry
 from actors._messages import (
-    AbortResume,
     Acknowledge,
     ActivationPayloadFactory,
     AuthenticateResume,
-    BeginResume,
     Close,
     CloseCallable,
-    Command,
-    DetachedAttachment,
-    EndResume,
-    HasAttachment,
-    IsCurrentAttachment,
-    LifecycleEvent,
-    ReleaseAttachment,
     Resume,
     ResumeResult,
     SendCallable,
     SendEvent,
     SendEvents,
     SessionCreated,
-    SettleLeaseGeneration,
     TransportAttachment,
 )
-from actors._ports import NoWaiter
-from supervisor._actor import RegistryStats, SessionSystem
-from supervisor._options import RegistryOptions
-from supervisor._outbox import CoalescingPort, OutboxCore
+from supervisor._actor import RegistryStats
+from supervisor._door_leases import EngineLeaseCalls
+from supervisor._door_loop import LoopDoor
 from supervisor._validate import (
     check_generation,
     check_session_id,
@@ -64,140 +46,10 @@ from supervisor._validate import (
     check_unjournaled,
 )
 
-__all__ = ["AsyncSessionRegistry", "LoopReply"]
-
-logger = logging.getLogger("duplex_supervisor.supervisor")
-
-#: How long a cancelled resume waits, shielded, to learn whether to roll back.
-_ABORT_WAIT_S = 30.0
-#: How long shutdown waits for every session to stop.
-_STOP_WAIT_S = 10.0
+__all__ = ["AsyncSessionRegistry"]
 
 
-class LoopReply:
-    """A reply settled on its loop; the first answer wins.
-
-    ``resolve``/``fail`` may come from any thread: off the loop they ride the
-    port, on it they land at once (unless callbacks submitted before them
-    still wait: then they queue behind). A subclass wakes its loop's waiter.
-    """
-
-    __slots__ = ("_done", "_error", "_on_settled", "_port", "_settled_key", "_value")
-
-    def __init__(self, port: CoalescingPort) -> None:
-        self._port = port
-        self._on_settled: Callable[[str], None] | None = None
-        self._settled_key = ""
-        self._done = False
-        self._value: object = None
-        self._error: BaseException | None = None
-
-    def resolve(self, value: object) -> None:
-        self._settle(value, None)
-
-    def fail(self, error: BaseException) -> None:
-        self._settle(None, error)
-
-    def _settle(self, value: object, error: BaseException | None) -> None:
-        if self._port.may_run_now():
-            self._land(value, error)
-        else:
-            self._port.submit(lambda: self._land(value, error))
-
-    def settle_later(self, on_settled: Callable[[str], None], key: str) -> None:
-        """Call ``on_settled(key)`` once this reply is settled (set before it
-        is sent); a function and its argument, not a closure: one is set per
-        awaited call."""
-        self._on_settled = on_settled
-        self._settled_key = key
-
-    def _land(self, value: object, error: BaseException | None) -> None:
-        if self._done:
-            return
-        self._done = True
-        self._value = value
-        self._error = error
-        # Dropped once run: an actor may hold this reply until its next
-        # message, and the callback holds the registry (the drop-in's
-        # finalizer needs the registry to become garbage).
-        on_settled, self._on_settled = self._on_settled, None
-        if on_settled is not None:
-            on_settled(self._settled_key)
-        self._wake()
-
-    def _outcome(self) -> Any:
-        if self._error is not None:
-            raise self._error
-        return self._value
-
-    def _wake(self) -> None:
-        raise NotImplementedError
-
-    async def wait(self) -> Any:
-        raise NotImplementedError
-
-
-def report_refused(
-    notify: Callable[[LifecycleEvent], None], session_id: str, error: BaseException
-) -> None:
-    """Log a refused ``send_event_nowait`` event and tell the observer."""
-    reason = type(error).__name__
-    logger.warning("a send_event_nowait to session %s was refused: %s", session_id, reason)
-    notify(LifecycleEvent(kind="event_refused", session_id=session_id, reason=reason))
-
-
-def _released(count: int) -> None:
-    """What a settled _CountedNoWaiter releases again: nothing."""
-
-
-class _CountedNoWaiter(NoWaiter):
-    """The reply of ``count`` coalesced ``send_event_nowait`` calls.
-
-    Nobody waits, but their slots are freed, and every refusal is logged and
-    reaches the observer as an ``event_refused`` event.
-    """
-
-    __slots__ = ("_count", "_notify", "_port", "_release", "_session_id")
-
-    def __init__(
-        self,
-        port: CoalescingPort,
-        release: Callable[[int], None],
-        count: int,
-        *,
-        session_id: str,
-        notify: Callable[[LifecycleEvent], None],
-    ) -> None:
-        self._port = port
-        self._release = release
-        self._count = count
-        self._session_id = session_id
-        self._notify = notify
-
-    def resolve(self, value: object) -> None:
-        if isinstance(value, tuple):
-            # Each refused event with its own error, in the burst's order.
-            for item in value:
-                if isinstance(item, BaseException):
-                    report_refused(self._notify, self._session_id, item)
-        self._settle()
-
-    def fail(self, error: BaseException) -> None:
-        for _ in range(self._count):
-            report_refused(self._notify, self._session_id, error)
-        self._settle()
-
-    def _settle(self) -> None:
-        # Dropped once used, for the reason LoopReply drops its callback.
-        release, self._release = self._release, _released
-        count = self._count
-        if self._port.on_loop():
-            release(count)
-        else:
-            self._port.submit(lambda: release(count))
-
-
-class AsyncSessionRegistry:
+class AsyncSessionRegistry(EngineLeaseCalls, LoopDoor):
     """The seed's registry, async, for one event loop.
 
     Do not build one yourself: ``open_session_registry()`` of the trio door
@@ -227,221 +79,8 @@ class AsyncSessionRegistry:
     #: door's hosted registry runs blocking ones on worker threads).
     _async_transports = True
 
-    def __init__(self, *, options: RegistryOptions, port: CoalescingPort) -> None:
-        self._options = options
-        self._system = options.start_system(port)
-        # Bound once: every outbox holds it (a bound method per outbox was
-        # one more object per session for the garbage collector).
-        self._notify = self._system.notify
-        self._port = port
-        self._strict = options.strict
-        self._send_timeout_s = options.send_timeout_s
-        self._max_pending = options.max_pending_per_session
-        # Calls in flight per session (touched on the loop only).
-        self._pending: dict[str, int] = {}
-        # Outboxes whose pumps may still run (for the drain on exit); finished
-        # ones are dropped whenever the list doubles: O(1) a create, amortized.
-        self._outboxes: list[OutboxCore] = []
-        self._prune_outboxes_at = 64
-        # send_event_nowait calls of this loop tick, per session, not yet sent:
-        # (journal flag, payloads). Flushed at the end of the tick, or before
-        # any other call to that session, so per-session order holds.
-        self._bursts: dict[str, tuple[bool, list[Mapping[str, object]]]] = {}
-        self._flush_scheduled = False
-        # Per session, an event set when one of its calls settles.
-        self._room: dict[str, Any] = {}
-        self._closed = False
-
     def __repr__(self) -> str:
         return f"{type(self).__name__}(sessions={len(self._system.session_ids())})"
-
-    # -- what a loop supplies ---------------------------------------------------------
-
-    def _new_reply(self) -> LoopReply:
-        raise NotImplementedError
-
-    def _start_outbox(
-        self, session_id: str, send: SendCallable, close: CloseCallable
-    ) -> OutboxCore:
-        raise NotImplementedError
-
-    def _would_block(self, session_id: str) -> BaseException:
-        raise NotImplementedError
-
-    def _new_event(self) -> Any:
-        """The loop's one-shot event (``set()``, ``await wait()``)."""
-        raise NotImplementedError
-
-    async def _wait_for_room(self, session_id: str) -> None:
-        """Return once a call of the session settled (it may have room then)."""
-        event = self._room.get(session_id)
-        if event is None:
-            event = self._room[session_id] = self._new_event()
-        await event.wait()
-
-    def _room_freed(self, session_id: str) -> None:
-        event = self._room.pop(session_id, None)
-        if event is not None:
-            event.set()
-
-    def _is_cancellation(self, exc: BaseException) -> bool:
-        raise NotImplementedError
-
-    async def _shielded(self, reply: LoopReply, timeout: float) -> Any:
-        """Wait for ``reply`` where no cancellation reaches, up to ``timeout``."""
-        raise NotImplementedError
-
-    async def _sleep(self, seconds: float) -> None:
-        raise NotImplementedError
-
-    def _now(self) -> float:
-        """The loop's clock (real time: the drain deadline is not logical time)."""
-        raise NotImplementedError
-
-    async def _run_timers(self) -> None:
-        """The supervisor's timers (restart backoffs), looked at on the loop.
-
-        Sleeps until the next timer is due, or `Timers.POLL_S` at most, so a
-        timer on a clock that jumps (a fake or shifted one) still fires.
-        """
-        timers = self._system.timers
-        while True:
-            wait = timers.wait_s()
-            await self._sleep(timers.POLL_S if wait is None else max(wait, 0.001))
-            self._system.poll_timers()
-
-    # -- shutdown, the same for every door ---------------------------------------------
-
-    async def _shut_down(self) -> None:
-        """Drain, then stop every session, then the supervisor. Runs once.
-
-        1. No new call is taken (`RegistryClosedError`).
-        2. Queued ``send_event_nowait`` calls go to their sessions, and for
-           up to ``drain_timeout_s`` calls in flight settle and outboxes send
-           what they hold.
-        3. Every session stops: calls still waiting get
-           ``RegistryClosedError``; outboxes are retired with the reason
-           ``"shutdown"``, their unsent frames dropped (logged with a count).
-           No transport's ``close`` is called: the transports belong to
-           their owners, as in the seed.
-        4. The supervisor stops (nothing to join: no actor has a thread).
-
-        Must be called shielded from cancellation (each door does).
-        """
-        if self._closed:
-            return
-        self._closed = True
-        self._flush_all()
-        deadline = self._now() + self._options.drain_timeout_s
-        # A call still in flight (a send_event_nowait whose frame is on its way
-        # from the actor to its outbox) is undrained too, not only queued frames.
-        while not self._drained() and self._now() < deadline:
-            await self._sleep(0.005)
-        if not self._drained():
-            logger.warning(
-                "registry shut down with %d calls in flight and %d outboxes not drained",
-                sum(self._pending.values()),
-                sum(1 for o in self._outboxes if not o.idle),
-            )
-        stopped = self._new_reply()
-        self._system.shutdown(stopped)
-        try:
-            await self._shielded(stopped, _STOP_WAIT_S)
-        except (SessionError, TimeoutError):
-            logger.warning("stopping the sessions did not answer")
-        self._system.join()
-
-    def _drained(self) -> bool:
-        return not self._pending and all(o.idle for o in self._outboxes)
-
-    # -- plumbing -------------------------------------------------------------------
-
-    def _keep(self, outbox: OutboxCore) -> None:
-        self._outboxes.append(outbox)
-        if len(self._outboxes) >= self._prune_outboxes_at:
-            self._outboxes = [o for o in self._outboxes if not o.finished]
-            self._prune_outboxes_at = 2 * len(self._outboxes) + 64
-
-    @property
-    def system(self) -> SessionSystem:
-        """The actors behind this registry (for tests and diagnostics)."""
-        return self._system
-
-    def submit(self, fn: Callable[[], object]) -> None:
-        """Run ``fn`` soon on the registry's loop; callable from any thread."""
-        self._port.submit(fn)
-
-    def report_refused(self, session_id: str, error: BaseException) -> None:
-        """Log a refused ``send_event_nowait`` and tell the observer."""
-        report_refused(self._system.notify, session_id, error)
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RegistryClosedError("the session registry is shut down")
-
-    def _release(self, session_id: str, count: int = 1) -> None:
-        left = self._pending.get(session_id, count) - count
-        if left <= 0:
-            self._pending.pop(session_id, None)
-        else:
-            self._pending[session_id] = left
-        self._room_freed(session_id)
-
-    def _flush(self, session_id: str) -> None:
-        burst = self._bursts.pop(session_id, None)
-        if burst is None:
-            return
-        journal, payloads = burst
-        reply = _CountedNoWaiter(
-            self._port,
-            lambda count: self._release(session_id, count),
-            len(payloads),
-            session_id=session_id,
-            notify=self._notify,
-        )
-        command: Command
-        if len(payloads) == 1:
-            command = SendEvent(payload=payloads[0], journal=journal)
-        else:
-            command = SendEvents(payloads=tuple(payloads), journal=journal, atomic=False)
-        self._system.call(session_id, command, reply)
-
-    def _flush_all(self) -> None:
-        self._flush_scheduled = False
-        for session_id in list(self._bursts):
-            self._flush(session_id)
-
-    def _has_room(self, session_id: str) -> bool:
-        """Whether the session has fewer than ``max_pending_per_session`` calls in flight."""
-        return self._pending.get(session_id, 0) < self._max_pending
-
-    def _call_in_room(self, session_id: str, command: Command, reply: LoopReply) -> None:
-        """Send ``command`` to its session in one of its places (`_has_room`);
-        ``reply``, once settled, gives the place back."""
-        self._pending[session_id] = self._pending.get(session_id, 0) + 1
-        reply.settle_later(self._release, session_id)
-        self._system.call(session_id, command, reply)
-
-    def _ask(self, session_id: str, command: Command) -> Awaitable[Any]:
-        """Send ``command`` and return what to await for its answer.
-
-        Not a coroutine itself: with room in the session, the caller awaits
-        the reply's own ``wait`` (a coroutine less per awaited call).
-        """
-        self._check_open()
-        self._flush(session_id)
-        if not self._has_room(session_id):
-            return self._ask_once_room(session_id, command)
-        reply = self._new_reply()
-        self._call_in_room(session_id, command, reply)
-        return reply.wait()
-
-    async def _ask_once_room(self, session_id: str, command: Command) -> Any:
-        while not self._has_room(session_id):
-            await self._wait_for_room(session_id)
-        reply = self._new_reply()
-        self._call_in_room(session_id, command, reply)
-        return await reply.wait()
 
     # -- the seed's methods ------------------------------------------------------------
 
@@ -497,27 +136,7 @@ class AsyncSessionRegistry:
             outbox=outbox,
             reply=reply,
         )
-        try:
-            created: SessionCreated = await reply.wait()
-        except BaseException as exc:
-            outbox.stop("create_failed", close=False)
-            if self._is_cancellation(exc):
-                await self._undo_cancelled_create(session_id, reply)
-            raise
-        return created
-
-    async def _undo_cancelled_create(self, session_id: str, reply: LoopReply) -> None:
-        """The caller gave up before it saw its token: the session must not stay."""
-        try:
-            await self._shielded(reply, _ABORT_WAIT_S)
-        except Exception:  # noqa: BLE001 - not created: nothing to undo
-            return
-        closing = self._new_reply()
-        self._system.close(session_id, Close(), closing)
-        try:
-            await self._shielded(closing, _ABORT_WAIT_S)
-        except Exception:  # noqa: BLE001 - a crashed close leaves it to the owner
-            logger.warning("closing the cancelled create of %s failed", session_id)
+        return await self._await_create(session_id, reply, outbox)
 
     async def send_event(
         self,
@@ -590,21 +209,11 @@ class AsyncSessionRegistry:
         self._check_open()
         if not self._system.knows(session_id):
             raise UnknownSessionError(session_id)
-        if not self._has_room(session_id):
+        if not self._calls.has_room(session_id):
             raise self._would_block(session_id)
-        self._pending[session_id] = self._pending.get(session_id, 0) + 1
         # Coalesced: the events of one loop tick reach the session as one
         # message (each still accepted or refused on its own).
-        burst = self._bursts.get(session_id)
-        if burst is not None and burst[0] != journal:
-            self._flush(session_id)
-            burst = None
-        if burst is None:
-            burst = self._bursts[session_id] = (journal, [])
-            if not self._flush_scheduled:
-                self._flush_scheduled = True
-                self._port.submit(self._flush_all)
-        burst[1].append(payload)
+        self._calls.queue(session_id, payload, journal=journal)
 
     async def send_events(
         self,
@@ -670,92 +279,6 @@ class AsyncSessionRegistry:
         )
         return released is not None
 
-    async def release_attachment(
-        self, session_id: str, *, attachment_generation: int | None = None
-    ) -> DetachedAttachment | None:
-        """``detach`` that also hands back the lease generation the dropped connection served.
-
-        Returns:
-            DetachedAttachment | None: the dropped attachment's generation
-            and engine lease generation; ``None`` where ``detach`` answers
-            ``False``. Fence the engine's own detach on that lease.
-        """
-        check_session_id(session_id, strict=self._strict)
-        check_generation(
-            attachment_generation, what="attachment_generation", optional=True, strict=self._strict
-        )
-        command = ReleaseAttachment(attachment_generation=attachment_generation)
-        released: DetachedAttachment | None = await self._ask(session_id, command)
-        return released
-
-    async def begin_resume(self, session_id: str) -> None:
-        """Claim that a resume of ``session_id`` is about to land and activate.
-
-        Hold the claim from before the engine's lease resume until
-        ``end_resume``. While any claim is open, a lease generation that
-        loses its owner is parked for the next activation instead of going
-        to the connection that activation is about to replace.
-
-        Raises:
-            UnknownSessionError: no such session.
-        """
-        check_session_id(session_id, strict=self._strict)
-        await self._ask(session_id, BeginResume())
-
-    async def end_resume(self, session_id: str) -> int | None:
-        """Release a ``begin_resume`` claim, whether or not the resume activated.
-
-        Returns:
-            int | None: a lease generation the caller must detach itself (it
-            was parked for an activation that never came and nobody is
-            attached to take it over); ``None`` when nothing is owed or the
-            session is unknown.
-        """
-        check_session_id(session_id, strict=self._strict)
-        owed: int | None = await self._ask(session_id, EndResume())
-        return owed
-
-    async def settle_lease_generation(self, session_id: str, lease_generation: int) -> int | None:
-        """Find an owner for the lease generation of a resume whose connection never served.
-
-        The engine already moved its lease to ``lease_generation``. The
-        owner is, in order: the resume waiting to activate (it absorbs the
-        generation when it activates); else the attached connection (its
-        own detach must be able to detach this lease); else nobody, and the
-        generation is returned for the caller to put back into disconnect
-        grace. Generations only move forward.
-
-        Returns:
-            int | None: the generation nobody owns, or ``None`` (owned, or
-            the session is unknown).
-        """
-        check_session_id(session_id, strict=self._strict)
-        check_generation(
-            lease_generation, what="lease_generation", optional=False, strict=self._strict
-        )
-        command = SettleLeaseGeneration(lease_generation=lease_generation)
-        owed: int | None = await self._ask(session_id, command)
-        return owed
-
-    async def has_attachment(self, session_id: str) -> bool:
-        """Whether some connection is attached now (``False`` for an unknown session).
-
-        For a resume that failed to activate: it has no generation of its
-        own, and must know whether rolling the lease back would roll back
-        somebody else's live attachment.
-        """
-        check_session_id(session_id, strict=self._strict)
-        return bool(await self._ask(session_id, HasAttachment()))
-
-    async def is_current_attachment(self, session_id: str, attachment_generation: int) -> bool:
-        """Whether ``attachment_generation`` is attached now (``False`` if unknown)."""
-        check_session_id(session_id, strict=self._strict)
-        check_generation(
-            attachment_generation, what="attachment_generation", optional=False, strict=self._strict
-        )
-        command = IsCurrentAttachment(attachment_generation=attachment_generation)
-        return bool(await self._ask(session_id, command))
-
     async def authenticate_resume(
         self, session_id: str, *, resume_token: str, last_received_server_event_seq: int
     ) -> None:
@@ -779,6 +302,7 @@ class AsyncSessionRegistry:
         )
         await self._ask(session_id, command)
 
+    # Over ~60 lines for its docstring, the API reference's contract; the body is 16.
     async def resume(
         self,
         session_id: str,
@@ -837,7 +361,7 @@ class AsyncSessionRegistry:
             lease_generation, what="lease_generation", optional=True, strict=self._strict
         )
         self._check_open()
-        self._flush(session_id)
+        self._calls.flush(session_id)
         command = Resume(
             resume_token=resume_token,
             last_received_server_event_seq=last_received_server_event_seq,
@@ -849,56 +373,8 @@ class AsyncSessionRegistry:
         outbox = self._start_outbox(session_id, send, close)
         reply = self._new_reply()
         self._system.call(session_id, command, reply, outbox)
-        try:
-            result: ResumeResult = await reply.wait()
-        except BaseException as exc:
-            if self._is_cancellation(exc):
-                activates = activation_payload_factory is not None
-                await self._roll_back_cancelled(session_id, reply, outbox, activates=activates)
-            outbox.stop("resume_failed", close=False)
-            raise
-        return result
-
-    async def _roll_back_cancelled(
-        self, session_id: str, reply: LoopReply, outbox: OutboxCore, *, activates: bool
-    ) -> None:
-        outbox.abort_activation()
-        try:
-            result = await self._shielded(reply, _ABORT_WAIT_S)
-        except Exception:  # noqa: BLE001 - it failed or was aborted: nothing stands
-            return
-        if not isinstance(result, ResumeResult) or activates:
-            # With an activation, success means it reached the wire: committed.
-            return
-        abort = self._new_reply()
-        command = AbortResume(attachment_generation=result.attachment_generation)
-        self._system.call(session_id, command, abort, internal=True)
-        try:
-            await self._shielded(abort, _ABORT_WAIT_S)
-        except SessionCrashedError:
-            logger.warning("rolling back a cancelled resume of %s crashed once", session_id)
-
-    async def abandon_resume(self, session_id: str, *, attachment_generation: int) -> bool:
-        """Roll back a resume the client may never have seen the answer to.
-
-        For a transport that can lose the activation after ``send`` returned
-        (a link that dropped before the client read it): if the resume of
-        ``attachment_generation`` is still the current one, it is undone as a
-        failed activation would be: detached, the presented token usable
-        once more, the rotated token still valid.
-
-        Returns:
-            bool: whether it was rolled back (``False``: not the current one).
-
-        Raises:
-            UnknownSessionError: no such session.
-        """
-        check_session_id(session_id, strict=self._strict)
-        check_generation(
-            attachment_generation, what="attachment_generation", optional=False, strict=self._strict
-        )
-        command = AbortResume(attachment_generation=attachment_generation)
-        return bool(await self._ask(session_id, command))
+        activates = activation_payload_factory is not None
+        return await self._await_resume(session_id, reply, outbox, activates=activates)
 
     async def close(self, session_id: str) -> TransportAttachment | None:
         """Remove the session; its actor answers what is queued, then stops.
@@ -913,7 +389,7 @@ class AsyncSessionRegistry:
         """
         check_session_id(session_id, strict=self._strict)
         self._check_open()
-        self._flush(session_id)
+        self._calls.flush(session_id)
         reply = self._new_reply()
         self._system.close(session_id, Close(), reply)
         attachment: TransportAttachment | None = await reply.wait()

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import trio
@@ -73,16 +74,18 @@ __all__ = ["main"]
 logger = logging.getLogger("duplex_supervisor.supervisor")
 
 
-def _table(
-    report: ChaosReport,
-    gateway: Gateway | None,
-    *,
-    processes: int = 1,
-    workers: WorkerFigures | None = None,
-    pool: PoolFigures | None = None,
-    figures: ProcessesFigures | None = None,
-    cluster: ClusterFigures | None = None,
-) -> Table:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _RunFigures:
+    """What a run reports beside the clients' totals (each demo adds its own)."""
+
+    processes: int = 1
+    workers: WorkerFigures | None = None
+    pool: PoolFigures | None = None
+    figures: ProcessesFigures | None = None
+    cluster: ClusterFigures | None = None
+
+
+def _table(report: ChaosReport, gateway: Gateway | None, run: _RunFigures) -> Table:
     t = report.totals
     table = Table(title="duplex-supervisor chaos run", show_header=True)
     table.add_column("figure")
@@ -101,8 +104,24 @@ def _table(
         ("lost upstream", t.lost_upstream),
         ("duplicated upstream", t.duplicated_upstream),
         ("errors", t.errors),
+        *_run_rows(report, run),
     ]
-    if processes > 1:
+    if gateway is not None:
+        stats = gateway.registry.stats()
+        rows.append(("server: events journaled", stats.events_journaled))
+        rows.append(("server: crashes / restarts", f"{stats.crashes} / {stats.restarts}"))
+    for name, value in rows:
+        table.add_row(name, str(value))
+    ok = _verdict(report, run)
+    table.add_row("verdict", "[green]nothing lost or repeated[/]" if ok else "[red]FAILED[/]")
+    return table
+
+
+def _run_rows(report: ChaosReport, run: _RunFigures) -> list[tuple[str, object]]:
+    """The table's rows of what the run did beside the clients (processes, workers)."""
+    t, pool, figures = report.totals, run.pool, run.figures
+    rows: list[tuple[str, object]] = []
+    if run.processes > 1:
         rows.append(("resumes across processes", t.resumes_across_processes))
         rows.append(("takeovers (sessions of the killed process)", t.takeovers))
         rows.append(("stranded (never resumed)", t.stranded))
@@ -125,33 +144,16 @@ def _table(
             rows.append(
                 ("store outage (s)", "not over at the end" if outage is None else f"{outage:.1f}")
             )
-    if cluster is not None:
-        rows += cluster.rows(report)
-    if workers is not None:
-        rows.append(("engine workers killed", workers.engine_workers_killed))
-        rows.append(("inputs redelivered", workers.inputs_redelivered))
-        rows.append(("fenced engine messages", workers.fenced_engine_messages))
-    if gateway is not None:
-        stats = gateway.registry.stats()
-        rows.append(("server: events journaled", stats.events_journaled))
-        rows.append(("server: crashes / restarts", f"{stats.crashes} / {stats.restarts}"))
-    for name, value in rows:
-        table.add_row(name, str(value))
-    ok = _verdict(report, pool, figures, cluster)
-    table.add_row("verdict", "[green]nothing lost or repeated[/]" if ok else "[red]FAILED[/]")
-    return table
+    if run.cluster is not None:
+        rows += run.cluster.rows(report)
+    if run.workers is not None:
+        rows.append(("engine workers killed", run.workers.engine_workers_killed))
+        rows.append(("inputs redelivered", run.workers.inputs_redelivered))
+        rows.append(("fenced engine messages", run.workers.fenced_engine_messages))
+    return rows
 
 
-def _totals_json(
-    report: ChaosReport,
-    gateway: Gateway | None,
-    *,
-    processes: int = 1,
-    workers: WorkerFigures | None = None,
-    pool: PoolFigures | None = None,
-    figures: ProcessesFigures | None = None,
-    cluster: ClusterFigures | None = None,
-) -> str:
+def _totals_json(report: ChaosReport, gateway: Gateway | None, run: _RunFigures) -> str:
     t = report.totals
     totals: dict[str, object] = {
         "sessions": t.sessions,
@@ -170,8 +172,24 @@ def _totals_json(
         "errors": t.errors,
         "error_codes": t.error_codes,
     }
-    if processes > 1:
-        totals["processes"] = processes
+    totals.update(_run_totals(report, run))
+    result: dict[str, object] = {"totals": totals, "ok": _verdict(report, run)}
+    if gateway is not None:  # the table's "server:" rows
+        stats = gateway.registry.stats()
+        result["server"] = {
+            "events_journaled": stats.events_journaled,
+            "crashes": stats.crashes,
+            "restarts": stats.restarts,
+        }
+    return json.dumps(result)
+
+
+def _run_totals(report: ChaosReport, run: _RunFigures) -> dict[str, object]:
+    """``--json``'s totals of what the run did beside the clients (`_run_rows`)."""
+    t, pool, figures, workers = report.totals, run.pool, run.figures, run.workers
+    totals: dict[str, object] = {}
+    if run.processes > 1:
+        totals["processes"] = run.processes
         totals["resumes_across_processes"] = t.resumes_across_processes
         totals["takeovers"] = t.takeovers
         totals["stranded"] = t.stranded
@@ -186,23 +204,14 @@ def _totals_json(
         totals["processes_killed"] = int(figures.process_killed)
         if figures.outage_asked:
             totals["store_outage_s"] = figures.store_outage_s
-    if cluster is not None:
-        totals.update(cluster.totals(report))
+    if run.cluster is not None:
+        totals.update(run.cluster.totals(report))
     if workers is not None:
         totals["engine_workers"] = workers.engine_workers
         totals["engine_workers_killed"] = workers.engine_workers_killed
         totals["inputs_redelivered"] = workers.inputs_redelivered
         totals["fenced_engine_messages"] = workers.fenced_engine_messages
-    ok = _verdict(report, pool, figures, cluster)
-    result: dict[str, object] = {"totals": totals, "ok": ok}
-    if gateway is not None:  # the table's "server:" rows
-        stats = gateway.registry.stats()
-        result["server"] = {
-            "events_journaled": stats.events_journaled,
-            "crashes": stats.crashes,
-            "restarts": stats.restarts,
-        }
-    return json.dumps(result)
+    return totals
 
 
 def _chaos_config(args: argparse.Namespace) -> ChaosConfig:
@@ -277,33 +286,22 @@ def _finish(
 ) -> int:
     # The cluster demo's processes rows are its own (no gateway is killed).
     processes = 1 if cluster is not None else getattr(args, "processes", 1)
+    run = _RunFigures(
+        processes=processes, workers=workers, pool=pool, figures=figures, cluster=cluster
+    )
     if args.json:
-        print(
-            _totals_json(
-                report, gateway, processes=processes, workers=workers, pool=pool,
-                figures=figures, cluster=cluster,
-            )
-        )  # fmt: skip
+        print(_totals_json(report, gateway, run))
     else:
-        Console().print(
-            _table(
-                report, gateway, processes=processes, workers=workers, pool=pool,
-                figures=figures, cluster=cluster,
-            )
-        )  # fmt: skip
-    return 0 if _verdict(report, pool, figures, cluster) else 1
+        Console().print(_table(report, gateway, run))
+    return 0 if _verdict(report, run) else 1
 
 
-def _verdict(
-    report: ChaosReport,
-    pool: PoolFigures | None,
-    figures: ProcessesFigures | None,
-    cluster: ClusterFigures | None = None,
-) -> bool:
+def _verdict(report: ChaosReport, run: _RunFigures) -> bool:
     """Nothing lost or repeated, and the run did what it was asked (the killed
     worker started again, the process killed, the store outage over, the
     primary failed over): the table's verdict, ``--json``'s ``ok`` and the
     exit status alike."""
+    pool, figures, cluster = run.pool, run.figures, run.cluster
     restarted = pool is None or pool.workers_started_again >= pool.workers_killed
     done = (figures is None or figures.ok) and (cluster is None or cluster.ok)
     return report.ok and restarted and done

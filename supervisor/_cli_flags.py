@@ -331,6 +331,75 @@ def _add_redis_flags(net: argparse._ArgumentGroup) -> None:
     )
 
 
+def _add_demo_processes(demo: argparse.ArgumentParser) -> None:
+    """Demo flags for more than one gateway process, and their store."""
+    multi = demo.add_argument_group("more than one process")
+    multi.add_argument(
+        "--processes",
+        type=_positive(int),
+        default=1,
+        metavar="N",
+        help="gateway processes sharing --redis; with 2 or more, one is SIGKILLed halfway "
+        "through (default 1: the gateway in this process, sessions in memory)",
+    )
+    multi.add_argument(
+        "--redis",
+        metavar="URL",
+        help="the Redis the processes share (redis://host:port/db), or 'local': start a "
+        "redis-server from PATH on a free loopback port for the run and stop it after, or "
+        "'cluster-local': start a private Redis Cluster (3 primaries, 3 replicas) and run "
+        "--processes gateways on it (3 unless 2 or more are asked for); the primary serving "
+        "the most sessions is SIGKILLed halfway, its replica promoted; the table adds "
+        "'failovers seen' and each affected session's wait ('unavailable per affected "
+        "session')",
+    )
+    multi.add_argument(
+        "--redis-durability",
+        type=_durability,
+        default=0,
+        metavar="replicas=K",
+        help="as for serve: each commit also waits for K replicas (WAIT); with "
+        "cluster-local every node also runs with min-replicas-to-write K (default replicas=0)",
+    )
+    multi.add_argument(
+        "--workers",
+        type=_positive(int),
+        metavar="N",
+        help="one 'serve --workers N --redis' process instead (N workers on one port, as "
+        "the kernel spreads connections); one worker is SIGKILLed halfway through and "
+        "started again by the parent, its clients resume on any worker; needs --redis",
+    )
+    multi.add_argument(
+        "--store-outage",
+        type=_store_outage,
+        metavar="AT:SECONDS",
+        help="with --redis local: the redis-server keeps an append-only file (appendfsync "
+        "always), is SIGKILLed AT seconds into the run and started again from that file "
+        "SECONDS later (AT + SECONDS below --duration); clients answered "
+        "'store_unavailable' try again with backoff; the table adds 'store outage (s)' "
+        "and 'store retries'",
+    )
+
+
+def _add_demo_engines(demo: argparse.ArgumentParser) -> None:
+    """Demo flags for engines in other processes."""
+    workers = demo.add_argument_group("engines in other processes")
+    workers.add_argument(
+        "--engine-workers",
+        type=_positive(int),
+        metavar="N",
+        help="run the demo engine in N 'worker' processes fed over --bus; the first is "
+        "SIGKILLed halfway through and the others take its work over; the table adds "
+        "'engine workers killed', 'inputs redelivered' and 'fenced engine messages'",
+    )
+    workers.add_argument(
+        "--bus",
+        metavar="URL",
+        help="the Redis of the engine bus (redis://host:port/db), or 'local': start a "
+        "redis-server from PATH for the run",
+    )
+
+
 def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     serve = commands.add_parser(
         "serve",
@@ -475,6 +544,12 @@ def parser() -> argparse.ArgumentParser:
     _add_serve(commands)
     _add_worker(commands)
 
+    _add_chaos(commands)
+    _add_demo(commands)
+    return top
+
+
+def _add_chaos(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     chaos = commands.add_parser(
         "chaos",
         help="run chaos clients against a gateway",
@@ -495,6 +570,8 @@ def parser() -> argparse.ArgumentParser:
     _add_chaos_flags(chaos, clients=20, duration=10.0)
     _add_logging_flags(chaos)
 
+
+def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     demo = commands.add_parser(
         "demo",
         help="serve on a free loopback port and run chaos against it",
@@ -509,67 +586,8 @@ def parser() -> argparse.ArgumentParser:
         "With --redis cluster-local: the processes on a private Redis Cluster whose "
         "primary is SIGKILLed halfway.",
     )
-    multi = demo.add_argument_group("more than one process")
-    multi.add_argument(
-        "--processes",
-        type=_positive(int),
-        default=1,
-        metavar="N",
-        help="gateway processes sharing --redis; with 2 or more, one is SIGKILLed halfway "
-        "through (default 1: the gateway in this process, sessions in memory)",
-    )
-    multi.add_argument(
-        "--redis",
-        metavar="URL",
-        help="the Redis the processes share (redis://host:port/db), or 'local': start a "
-        "redis-server from PATH on a free loopback port for the run and stop it after, or "
-        "'cluster-local': start a private Redis Cluster (3 primaries, 3 replicas) and run "
-        "--processes gateways on it (3 unless 2 or more are asked for); the primary serving "
-        "the most sessions is SIGKILLed halfway, its replica promoted; the table adds "
-        "'failovers seen' and each affected session's wait ('unavailable per affected "
-        "session')",
-    )
-    multi.add_argument(
-        "--redis-durability",
-        type=_durability,
-        default=0,
-        metavar="replicas=K",
-        help="as for serve: each commit also waits for K replicas (WAIT); with "
-        "cluster-local every node also runs with min-replicas-to-write K (default replicas=0)",
-    )
-    multi.add_argument(
-        "--workers",
-        type=_positive(int),
-        metavar="N",
-        help="one 'serve --workers N --redis' process instead (N workers on one port, as "
-        "the kernel spreads connections); one worker is SIGKILLed halfway through and "
-        "started again by the parent, its clients resume on any worker; needs --redis",
-    )
-    multi.add_argument(
-        "--store-outage",
-        type=_store_outage,
-        metavar="AT:SECONDS",
-        help="with --redis local: the redis-server keeps an append-only file (appendfsync "
-        "always), is SIGKILLed AT seconds into the run and started again from that file "
-        "SECONDS later (AT + SECONDS below --duration); clients answered "
-        "'store_unavailable' try again with backoff; the table adds 'store outage (s)' "
-        "and 'store retries'",
-    )
-    workers = demo.add_argument_group("engines in other processes")
-    workers.add_argument(
-        "--engine-workers",
-        type=_positive(int),
-        metavar="N",
-        help="run the demo engine in N 'worker' processes fed over --bus; the first is "
-        "SIGKILLed halfway through and the others take its work over; the table adds "
-        "'engine workers killed', 'inputs redelivered' and 'fenced engine messages'",
-    )
-    workers.add_argument(
-        "--bus",
-        metavar="URL",
-        help="the Redis of the engine bus (redis://host:port/db), or 'local': start a "
-        "redis-server from PATH for the run",
-    )
+    _add_demo_processes(demo)
+    _add_demo_engines(demo)
     demo.add_argument(
         "--server",
         choices=(*SERVERS, *SERVER_ALIASES),
@@ -585,4 +603,3 @@ def parser() -> argparse.ArgumentParser:
     _add_chaos_flags(demo, clients=20, duration=12.0)
     _add_engine_flags(demo)
     _add_logging_flags(demo)
-    return top

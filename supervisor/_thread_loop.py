@@ -17,7 +17,7 @@ import trio
 
 from actors._errors import RegistryClosedError, SessionError
 from actors._messages import Command
-from supervisor._async_door import LoopReply
+from supervisor._door_calls import LoopReply
 from supervisor._options import RegistryOptions
 from supervisor._outbox import BlockingTrioOutbox, CoalescingPort, TrioOutbox
 from supervisor._trio_registry import TrioSessionRegistry
@@ -85,7 +85,7 @@ class HostedTrioRegistry(TrioSessionRegistry):
         self._limiter = trio.CapacityLimiter(math.inf)
 
     def pending_calls(self, session_id: str) -> int:
-        return self._pending.get(session_id, 0)
+        return self._calls.pending.get(session_id, 0)
 
     def send_event_nowait_or_report(
         self, session_id: str, payload: Mapping[str, object], journal: bool
@@ -108,14 +108,14 @@ class HostedTrioRegistry(TrioSessionRegistry):
         """
         try:
             self._check_open()
-            self._flush(session_id)
-            if not self._has_room(session_id):
+            self._calls.flush(session_id)
+            if not self._calls.has_room(session_id):
                 reply.scope = trio.CancelScope()
                 self._nursery.start_soon(
                     self._ask_when_room, session_id, command, reply, reply.scope
                 )
                 return
-            self._call_in_room(session_id, command, reply)
+            self._calls.call_in_room(session_id, command, reply)
         except Exception as exc:  # noqa: BLE001 - refused: the blocked caller must hear it
             reply.fail(exc)
 

@@ -24,7 +24,8 @@ import trio
 
 from actors._messages import CloseCallable, SendCallable
 from actors._ports import NO_WAITER
-from supervisor._async_door import AsyncSessionRegistry, LoopReply
+from supervisor._async_door import AsyncSessionRegistry
+from supervisor._door_calls import LoopReply
 from supervisor._options import RegistryOptions, RegistryOptionsDict
 from supervisor._outbox import CoalescingPort, OutboxCore, TrioOutbox
 from supervisor._send_watchdog import ParkedTask, SendWatchdog

@@ -471,6 +471,7 @@ class _Events:
 _DROPS = (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream)
 
 
+# Over ~60 lines: its options are named keywords (the public API), documented here.
 @contextlib.asynccontextmanager
 async def open_session(
     url: str,

@@ -37,7 +37,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 from actors._errors import SessionError
 
@@ -229,8 +229,8 @@ class _Fields:
         return tuple(value)
 
 
-def decode(raw: bytes | str) -> Message:
-    """The message in ``raw`` (what `encode` made); `MessageError` if it is not one."""
+def _envelope(raw: bytes | str) -> dict[str, Any]:
+    """The JSON object of a message of this version and a known kind."""
     try:
         body = json.loads(raw)
     except (UnicodeDecodeError, ValueError):
@@ -243,7 +243,24 @@ def decode(raw: bytes | str) -> Message:
     kind = body.get("kind")
     if kind not in _KINDS.values():
         raise MessageError(f"unknown message kind {kind!r}")
-    read = _Fields(body, str(kind))
+    return body
+
+
+def _client_event_data(body: Mapping[str, object], read: _Fields) -> bytes | None:
+    """A client event's binary payload (base64 on the wire), if it has one."""
+    if "data" not in body:
+        return None
+    try:
+        return base64.b64decode(read.text("data"), validate=True)
+    except (binascii.Error, ValueError):
+        raise MessageError("client_event message: 'data' is not base64") from None
+
+
+def decode(raw: bytes | str) -> Message:
+    """The message in ``raw`` (what `encode` made); `MessageError` if it is not one."""
+    body = _envelope(raw)
+    kind = body["kind"]
+    read = _Fields(body, kind)
     session_id = read.text("session_id")
     lease_generation = read.whole("lease_generation")
     if kind == "notice":
@@ -264,19 +281,13 @@ def decode(raw: bytes | str) -> Message:
             text=read.text("text"),
         )
     if kind == "client_event":
-        data: bytes | None = None
-        if "data" in body:
-            try:
-                data = base64.b64decode(read.text("data"), validate=True)
-            except (binascii.Error, ValueError):
-                raise MessageError("client_event message: 'data' is not base64") from None
         return ClientEventMessage(
             session_id=session_id,
             lease_generation=lease_generation,
             client_seq=read.whole("client_seq", minimum=1),
             type=read.text("type"),
             fields=read.mapping("fields"),
-            data=data,
+            data=_client_event_data(body, read),
         )
     if kind == "cancel":
         return CancelMessage(

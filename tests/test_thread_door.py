@@ -272,7 +272,7 @@ def test_blocking_callers_waiting_at_shutdown_are_answered() -> None:
             waiting = threading.Thread(target=call, args=(registry, 2))
             waiting.start()
             door = registry._hosted()
-            assert _eventually(lambda: "s1" in door._room)
+            assert _eventually(lambda: "s1" in door._calls.room)
         on_the_wire.join(WAIT)
         waiting.join(WAIT)
     finally:

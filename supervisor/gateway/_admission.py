@@ -1,4 +1,6 @@
-"""Letting clients in: opening and resuming sessions for the gateway.
+"""Letting clients in: who they are, then opening and resuming sessions for the gateway.
+
+The ``authenticate`` hook names a connection's identity (`Admission.identify`).
 
 A ``session.open`` passes the shared secret and the session caps, which are
 reserved before the awaited create so concurrent opens cannot pass them; a
@@ -35,16 +37,17 @@ from actors._errors import (
 )
 from actors._store import identity_fingerprint
 from supervisor._async_door import AsyncSessionRegistry
+from supervisor.gateway._auth import Authenticate, Handshake, Unauthorized
 from supervisor.gateway._config import GatewayConfig, GatewayCounters
 from supervisor.gateway._core import Throttles
 from supervisor.gateway._limits import AddressCounter
 from supervisor.gateway._protocol import OpenSession, ProtocolError, ResumeSession
 
-__all__ = ["Admission", "store_unavailable"]
+__all__ = ["Admission", "Close", "Send", "UntilStored", "store_unavailable"]
 
 Send = Callable[[Mapping[str, object]], Awaitable[None]]
 Close = Callable[[str], Awaitable[None]]
-#: Runs a store call until the store answers (`GatewayService._until_stored`).
+#: Runs a store call until the store answers (`Departures.until_stored`).
 UntilStored = Callable[[str, Callable[[], Awaitable[object]]], Awaitable[None]]
 
 #: A ``journal_gap`` whose reason is ``store_lost``: the bundled clients end
@@ -93,11 +96,14 @@ class Admission:
         registry: AsyncSessionRegistry,
         counters: GatewayCounters,
         until_stored: UntilStored,
+        *,
+        authenticate: Authenticate | None = None,
     ) -> None:
         self.config = config
         self.registry = registry
         self.counters = counters
         self._until_stored = until_stored
+        self._authenticate = authenticate
         self.throttles = Throttles(config)
         # Counted from before the awaited create (a reservation) to the
         # session's end, so concurrent opens cannot pass the caps.
@@ -115,6 +121,21 @@ class Admission:
         owner = self._session_owner.pop(session_id, None)
         if owner is not None:
             self.sessions.release(owner)
+
+    async def identify(self, handshake: Handshake) -> object:
+        """The ``authenticate`` hook's identity for ``handshake`` (``None``
+        without a hook); `ProtocolError` if it refuses."""
+        if self._authenticate is None:
+            return None
+        try:
+            identity = self._authenticate(handshake)
+            if isinstance(identity, Awaitable):
+                identity = await identity
+        except Unauthorized:
+            identity = None
+        if identity is None:
+            self.refused_credential(handshake.client, "not authenticated")
+        return identity
 
     def check_secret(self, address: str, presented: str | None) -> None:
         """The shared secret of ``session.open`` (if the gateway has one)."""
@@ -194,27 +215,13 @@ class Admission:
     def _failed_resume(self, address: str, session_id: str, error: ProtocolError) -> ProtocolError:
         return self.throttles.failed_resume(address, session_id, error, anyio.current_time())
 
-    async def resume(
-        self,
-        send: Send,
-        close: Close,
-        address: str,
-        frame: ResumeSession,
-        identity: object = None,
-        *,
-        last_client_seq: int = 0,
-    ) -> tuple[str, int]:
-        """The seed's resume flow; the replaced socket, if any, is closed ``replaced``.
-        ``session.resumed`` says ``last_client_seq``."""
+    def _not_its_identity(self, address: str, session_id: str) -> ProtocolError:
+        error = ProtocolError("unauthorized", "this session belongs to another identity")
+        return self._failed_resume(address, session_id, error)
+
+    async def _authenticate_resume(self, address: str, frame: ResumeSession) -> None:
+        """The token, then the sequence (the seed's order), as protocol errors."""
         session_id = frame.session_id
-        if session_id not in self._identity and not await self._same_identity(session_id, identity):
-            # Held by another process, opened by another identity: refused
-            # before the token is tried, so nothing is taken over.
-            raise self._failed_resume(
-                address,
-                session_id,
-                ProtocolError("unauthorized", "this session belongs to another identity"),
-            )
         try:
             await self.registry.authenticate_resume(
                 session_id,
@@ -244,13 +251,28 @@ class Admission:
             ) from None
         except InvalidSequenceError as exc:
             raise ProtocolError("bad_request", str(exc)) from None
+
+    async def resume(
+        self,
+        send: Send,
+        close: Close,
+        address: str,
+        frame: ResumeSession,
+        identity: object = None,
+        *,
+        last_client_seq: int = 0,
+    ) -> tuple[str, int]:
+        """The seed's resume flow; the replaced socket, if any, is closed ``replaced``.
+        ``session.resumed`` says ``last_client_seq``."""
+        session_id = frame.session_id
+        if session_id not in self._identity and not await self._same_identity(session_id, identity):
+            # Held by another process, opened by another identity: refused
+            # before the token is tried, so nothing is taken over.
+            raise self._not_its_identity(address, session_id)
+        await self._authenticate_resume(address, frame)
         if session_id in self._identity and self._identity[session_id] != identity:
             # The token is right, the client is not the session's: no resume.
-            raise self._failed_resume(
-                address,
-                session_id,
-                ProtocolError("unauthorized", "this session belongs to another identity"),
-            )
+            raise self._not_its_identity(address, session_id)
         await self.registry.begin_resume(session_id)
         try:
             result = await self.registry.resume(

@@ -249,6 +249,8 @@ async def _listen(
     task_status.started()
 
 
+# Over ~60 lines: its documented options, and nested tasks that share one shutdown
+# (the guard's shield, `stop`, `serving`), which a split would pass back and forth.
 async def serve_gateway(
     config: GatewayConfig,
     *,

@@ -28,9 +28,8 @@ import contextlib
 import logging
 import signal
 import socket
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -254,49 +253,29 @@ def hypercorn_settings(config: GatewayConfig) -> Any:
 # -- uvicorn -----------------------------------------------------------------------------
 
 
-def _serve_uvicorn(options: ServeOptions) -> int:
-    import uvicorn  # noqa: PLC0415 - only this server needs it
-
-    from supervisor.gateway._uvicorn import UvicornShell  # noqa: PLC0415 - needs uvicorn
-
-    config = options.config
-    app = GatewayApp(
-        config,
+def _gateway_app(options: ServeOptions) -> GatewayApp:
+    """The ASGI app an ASGI server serves, with ``serve``'s engine and options."""
+    return GatewayApp(
+        options.config,
         engine=options.engine,
         authenticate=options.authenticate,
         registry_options=options.registry_options,
     )
-    received: list[int] = []
 
-    class Server(uvicorn.Server):
-        @contextlib.contextmanager
-        def capture_signals(self) -> Generator[None, None, None]:
-            # uvicorn re-raises the signal once stopped (SIGTERM would then
-            # kill the process): record it instead, and exit with a status.
-            handled = (signal.SIGINT, signal.SIGTERM)
-            original = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
-            try:
-                yield
-            finally:
-                for sig, handler in original.items():
-                    signal.signal(sig, handler)
 
-        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-            if not received:
-                received.append(sig)
-                _going_away(sig)
-            super().handle_exit(sig, frame)
+def _serve_uvicorn(options: ServeOptions) -> int:
+    from supervisor.gateway._uvicorn import (  # noqa: PLC0415 - needs uvicorn
+        GatewayServer,
+        UvicornShell,
+    )
 
-        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-            # Before uvicorn's own (it would close WebSockets 1012).
-            await app.go_away()
-            await super().shutdown(sockets)
-
+    config = options.config
+    app = _gateway_app(options)
     sock = _bound(options)
     port = sock.getsockname()[1]
     shell = UvicornShell(config)
     shell.listener = sock
-    server = Server(
+    server = GatewayServer(
         uvicorn_config(
             app,
             config,
@@ -304,7 +283,9 @@ def _serve_uvicorn(options: ServeOptions) -> int:
             ssl_certfile=config.tls_cert,
             ssl_keyfile=config.tls_key,
             timeout_graceful_shutdown=int(config.close_timeout_s) + 1,
-        )
+        ),
+        go_away=app.go_away,
+        on_signal=_going_away,
     )
 
     async def main() -> None:
@@ -331,24 +312,16 @@ def _serve_uvicorn(options: ServeOptions) -> int:
         asyncio.run(main())
     finally:
         shell.close()
+    received = server.signals_received
     return _EXIT_STATUS.get(received[0], 0) if received else 0
 
 
 # -- Hypercorn (trio worker) -------------------------------------------------------------
 
 
-async def _serve_hypercorn(options: ServeOptions) -> int:
-    from hypercorn.trio import serve  # noqa: PLC0415 - only this server needs it
-
-    from supervisor.gateway._hypercorn import HypercornShell  # noqa: PLC0415 - needs it
-
+def _hypercorn_serve_settings(options: ServeOptions) -> Any:
+    """`hypercorn_settings` for ``serve``: its socket bound, its TLS files."""
     config = options.config
-    app = GatewayApp(
-        config,
-        engine=options.engine,
-        authenticate=options.authenticate,
-        registry_options=options.registry_options,
-    )
     settings = hypercorn_settings(config)
     # Bound here, before Hypercorn runs the app's lifespan: a busy port is
     # then the first thing said, not something after "gateway app started".
@@ -360,6 +333,17 @@ async def _serve_hypercorn(options: ServeOptions) -> int:
             "asgi-hypercorn with TLS: out of descriptors, waiting connections are not shed "
             "(trio's accept loop waits and retries); --server trio or asgi-uvicorn shed them"
         )
+    return settings
+
+
+async def _serve_hypercorn(options: ServeOptions) -> int:
+    from hypercorn.trio import serve  # noqa: PLC0415 - only this server needs it
+
+    from supervisor.gateway._hypercorn import HypercornShell  # noqa: PLC0415 - needs it
+
+    config = options.config
+    app = _gateway_app(options)
+    settings = _hypercorn_serve_settings(options)
     received: list[int] = []
 
     async def shutdown_trigger() -> None:

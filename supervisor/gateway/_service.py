@@ -17,7 +17,7 @@ import dataclasses
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -26,8 +26,6 @@ import anyio.abc
 
 from actors._errors import (
     InvalidSequenceError,
-    RegistryClosedError,
-    SessionCrashedError,
     SessionError,
     SessionReplacedError,
     StoreUnavailableError,
@@ -35,8 +33,8 @@ from actors._errors import (
 from actors._messages import LifecycleEvent
 from supervisor._async_door import AsyncSessionRegistry
 from supervisor._log_limit import LogLimiter
-from supervisor.gateway._admission import Admission, store_unavailable
-from supervisor.gateway._auth import Authenticate, Handshake, Unauthorized
+from supervisor.gateway._admission import Admission, Close, Send, store_unavailable
+from supervisor.gateway._auth import Authenticate, Handshake
 from supervisor.gateway._config import GatewayConfig, GatewayCounters
 from supervisor.gateway._core import (
     Action,
@@ -55,6 +53,7 @@ from supervisor.gateway._core import (
     SendDirect,
     TransportClosedError,
 )
+from supervisor.gateway._departures import Departures
 from supervisor.gateway._engine import Engine
 from supervisor.gateway._operations import GatewayMetrics
 from supervisor.gateway._protocol import (
@@ -70,12 +69,6 @@ __all__ = ["GOING_AWAY", "GatewayService", "Transport", "TransportClosedError"]
 logger = logging.getLogger("duplex_supervisor.supervisor")
 
 GOING_AWAY = 1001
-
-#: A leave's store call (detach, close) that met an unreachable store is
-#: tried again after this, doubling up to `LEAVE_RETRY_MAX_S`: a timer, not
-#: a busy loop, until the store answers or another process took the session.
-LEAVE_RETRY_S = 0.2
-LEAVE_RETRY_MAX_S = 2.0
 
 
 class Transport(Protocol):
@@ -125,7 +118,14 @@ class GatewayService:
         self.engine = engine
         self.counters = counters or GatewayCounters()
         self.log = LogLimiter(logger, config.log_interval_s)
-        self.admission = Admission(config, registry, self.counters, self._until_stored)
+        self.departures = Departures(registry, self.counters, task_group, self.log)
+        self.admission = Admission(
+            config,
+            registry,
+            self.counters,
+            self.departures.until_stored,
+            authenticate=authenticate,
+        )
         self.work = EngineWork(
             registry,
             engine,
@@ -140,7 +140,6 @@ class GatewayService:
         run_in = getattr(engine, "run_in", None)
         if callable(run_in):
             run_in(task_group)
-        self._authenticate = authenticate
         self._live: dict[str, Transport] = {}
         self._sockets: set[Transport] = set()
         #: False once shutting down: /readyz answers 503, new connections 1001.
@@ -252,24 +251,10 @@ class GatewayService:
 
     async def _identify(self, conn: _Connection) -> object:
         try:
-            return await self._identity(conn.handshake)
+            return await self.admission.identify(conn.handshake)
         except ProtocolError as error:
             await self._act(conn, conn.core.fail(error))
         return None
-
-    async def _identity(self, handshake: Handshake) -> object:
-        """The hook's identity for ``handshake``; `ProtocolError` if it refuses."""
-        if self._authenticate is None:
-            return None
-        try:
-            identity = self._authenticate(handshake)
-            if isinstance(identity, Awaitable):
-                identity = await identity
-        except Unauthorized:
-            identity = None
-        if identity is None:
-            self.admission.refused_credential(handshake.client, "not authenticated")
-        return identity
 
     async def _loop(self, conn: _Connection) -> None:
         core = conn.core
@@ -367,49 +352,16 @@ class GatewayService:
     async def _admit(
         self, conn: _Connection, action: OpenRequested | ResumeRequested
     ) -> list[Action]:
-        ws, core = conn.ws, conn.core
-        address = conn.handshake.client
+        core, address = conn.core, conn.handshake.client
         if self.config.authenticate_on_first_frame:
             handshake = dataclasses.replace(conn.handshake, credential=action.frame.secret)
             try:
-                conn.identity = await self._identity(handshake)
+                conn.identity = await self.admission.identify(handshake)
             except ProtocolError as error:
                 return core.fail(error)
-        identity = conn.identity
-
-        async def send(frame: Mapping[str, object]) -> None:
-            # The real clock for a real latency, and far cheaper per frame than
-            # anyio.current_time(), which looks the event loop up each call.
-            started = time.perf_counter()
-            self.sends_in_progress += 1
-            try:
-                await ws.send(frame_text(frame))
-            finally:
-                self.sends_in_progress -= 1
-            self.frames_delivered += 1
-            self.metrics.send_latency.observe(time.perf_counter() - started)
-
-        async def close(reason: str) -> None:
-            code = REPLACED_CLOSE_CODE if reason == "replaced" else CLOSE_CODES.get(reason, 1011)
-            await ws.close(code, reason)
-
         resumed = isinstance(action, ResumeRequested)
         try:
-            if isinstance(action, OpenRequested):
-                session_id, generation = await self.admission.open(
-                    send, close, address, action.frame, identity
-                )
-            else:
-                session_id, generation = await self.admission.resume(
-                    send,
-                    close,
-                    address,
-                    action.frame,
-                    identity,
-                    last_client_seq=await self.work.last_client_seq(
-                        action.frame.session_id, wait_for_store=False
-                    ),
-                )
+            session_id, generation = await self._open_or_resume(conn, action)
         except StoreUnavailableError:
             # Nothing changed (a store write leaves no trace): the client may
             # come back once the store answers.
@@ -423,6 +375,33 @@ class GatewayService:
                 logging.WARNING, "open", "a session open/resume failed: %s", type(exc).__name__
             )
             return core.fail(ProtocolError("session_failed", type(exc).__name__))
+        await self._admitted(conn, session_id, generation, resumed=resumed)
+        return []
+
+    async def _open_or_resume(
+        self, conn: _Connection, action: OpenRequested | ResumeRequested
+    ) -> tuple[str, int]:
+        """The admission's open or resume, attached to this connection's socket."""
+        send, close = _socket_transport(self, conn.ws)
+        address, identity = conn.handshake.client, conn.identity
+        if isinstance(action, OpenRequested):
+            return await self.admission.open(send, close, address, action.frame, identity)
+        return await self.admission.resume(
+            send,
+            close,
+            address,
+            action.frame,
+            identity,
+            last_client_seq=await self.work.last_client_seq(
+                action.frame.session_id, wait_for_store=False
+            ),
+        )
+
+    async def _admitted(
+        self, conn: _Connection, session_id: str, generation: int, *, resumed: bool
+    ) -> None:
+        """Open or resumed: the engine works for the session, the connection serves it."""
+        identity = conn.identity
         if resumed:
             self._resume_outcome("resumed")
             if session_id not in self.work:
@@ -434,19 +413,19 @@ class GatewayService:
                 self.work.start(session_id, identity, last_client_seq=last)
         else:
             self.work.start(session_id, identity)
+        address = conn.handshake.client
         logger.debug("%s %s from %s", "resumed" if resumed else "opened", session_id, address)
-        core.admitted(
+        conn.core.admitted(
             session_id,
             generation,
             resumed=resumed,
             now=anyio.current_time(),
             last_client_seq=await self.work.last_client_seq(session_id),
         )
-        self._live[session_id] = ws
+        self._live[session_id] = conn.ws
         presence = self.work.presence(session_id)
         if presence is not None:
             presence.set_attached(True)
-        return []
 
     def _refused(
         self, core: ConnectionCore, address: str, resumed: bool, error: ProtocolError
@@ -482,15 +461,7 @@ class GatewayService:
             presence = self.work.presence(session_id)
             if presence is not None:
                 presence.set_attached(False)
-        with contextlib.suppress(KeyError, SessionError):
-            if core.unconfirmed_resume and await self.registry.abandon_resume(
-                session_id, attachment_generation=generation
-            ):
-                self.counters.unconfirmed_resumes += 1
-        await self._until_stored(
-            "detach",
-            lambda: self.registry.detach(session_id, attachment_generation=generation),
-        )
+        await self.departures.detach(session_id, generation, unconfirmed=core.unconfirmed_resume)
 
     async def _replaced_here(self, ws: Transport, core: ConnectionCore) -> None:
         """Another process took this connection's session over: 4000 ``replaced``,
@@ -500,52 +471,11 @@ class GatewayService:
         with contextlib.suppress(TransportClosedError):
             await ws.close(REPLACED_CLOSE_CODE, "replaced")
 
-    async def _until_stored(self, what: str, call: Callable[[], Awaitable[object]]) -> None:
-        """A leave's store call (``detach``, ``close``; an open's rollback close):
-        once now, and while the store is unreachable again on a timer in the
-        background, until the store answers or the session is gone (taken
-        over, closed, the registry shut)."""
-        if not await self._leave_stored(what, call):
-            self._task_group.start_soon(self._retry_leave, what, call)
-
-    async def _retry_leave(self, what: str, call: Callable[[], Awaitable[object]]) -> None:
-        delay = LEAVE_RETRY_S
-        while True:
-            await anyio.sleep(delay)
-            if await self._leave_stored(what, call):
-                return
-            delay = min(delay * 2, LEAVE_RETRY_MAX_S)
-
-    async def _leave_stored(self, what: str, call: Callable[[], Awaitable[object]]) -> bool:
-        """One try; ``False``: the store was unreachable, try again later."""
-        for _ in range(2):  # a crash is retryable and traceless: once more at once
-            try:
-                await call()
-            except SessionCrashedError:
-                continue
-            except StoreUnavailableError:
-                self._log(
-                    logging.WARNING,
-                    "leave_retry",
-                    "a session's %s met an unreachable store; retrying until it answers",
-                    what,
-                )
-                return False
-            except SessionReplacedError:
-                # A normal path: a resume elsewhere won the race with this leave.
-                self._log(
-                    logging.INFO, "replaced", "a session was taken over while its connection left"
-                )
-            except (KeyError, RegistryClosedError):
-                pass  # the session is gone already: nothing is left to release
-            return True
-        return False
-
     async def _end_session(
         self, session_id: str, ws: Transport | None, error: ProtocolError | None
     ) -> None:
         self.work.stop(session_id)
-        await self._until_stored("close", lambda: self.registry.close(session_id))
+        await self.departures.close(session_id)
         if ws is None:
             return
         with contextlib.suppress(TransportClosedError):
@@ -565,3 +495,25 @@ class GatewayService:
     def _resume_outcome(self, outcome: str) -> None:
         outcomes = self.counters.resume_outcomes
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
+
+
+def _socket_transport(service: GatewayService, ws: Transport) -> tuple[Send, Close]:
+    """A client's socket as the registry's ``send``/``close``: each send timed and counted."""
+
+    async def send(frame: Mapping[str, object]) -> None:
+        # The real clock for a real latency, and far cheaper per frame than
+        # anyio.current_time(), which looks the event loop up each call.
+        started = time.perf_counter()
+        service.sends_in_progress += 1
+        try:
+            await ws.send(frame_text(frame))
+        finally:
+            service.sends_in_progress -= 1
+        service.frames_delivered += 1
+        service.metrics.send_latency.observe(time.perf_counter() - started)
+
+    async def close(reason: str) -> None:
+        code = REPLACED_CLOSE_CODE if reason == "replaced" else CLOSE_CODES.get(reason, 1011)
+        await ws.close(code, reason)
+
+    return send, close

@@ -23,12 +23,17 @@ asgi-uvicorn``:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 import os
+import signal
 import socket
+from collections.abc import Awaitable, Callable, Generator
+from types import FrameType
 from typing import Any
 
+import uvicorn
 from h11._connection import DEFAULT_MAX_INCOMPLETE_EVENT_SIZE
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
@@ -38,7 +43,7 @@ from supervisor.gateway._listener import REFUSALS
 from supervisor.gateway._shell_limits import ShellLimits, refusal_bytes
 from supervisor.gateway.asgi import ABORT_EXTENSION
 
-__all__ = ["UvicornShell"]
+__all__ = ["GatewayServer", "UvicornShell"]
 
 logger = logging.getLogger("duplex_supervisor.supervisor")
 
@@ -109,134 +114,182 @@ class UvicornShell(ShellLimits):
     # -- the protocol classes ----------------------------------------------------------
 
     def _http_protocol(self) -> type[H11Protocol]:
-        shell = self
-
-        class GatewayH11Protocol(H11Protocol):
-            _peer_counted: str | None = None
-            _handshake_timer: asyncio.TimerHandle | None = None
-
-            def connection_made(self, transport: asyncio.BaseTransport) -> None:
-                peer = _peer(transport)
-                refusal = shell.admit(peer)
-                if refusal is not None:
-                    if shell.config.tls_cert is None:
-                        transport.write(refusal)  # type: ignore[attr-defined]
-                    transport.close()
-                    return
-                self._peer_counted = peer
-                super().connection_made(transport)  # type: ignore[arg-type]
-                self._handshake_timer = self.loop.call_later(
-                    shell.config.handshake_timeout_s, self._handshake_expired
-                )
-
-            def _handshake_expired(self) -> None:
-                self._handshake_timer = None
-                shell._log(logging.INFO, "handshake", "a connection sent no upgrade in time")
-                self.transport.abort()
-
-            def _handshake_done(self) -> None:
-                if self._handshake_timer is not None:
-                    self._handshake_timer.cancel()
-                    self._handshake_timer = None
-
-            def release(self) -> None:
-                """The TCP connection is gone (whichever protocol held it last)."""
-                self._handshake_done()
-                peer, self._peer_counted = self._peer_counted, None
-                if peer is not None:
-                    shell.connections.release(peer)
-
-            def connection_lost(self, exc: Exception | None) -> None:
-                self.release()
-                if self.transport is not None:
-                    super().connection_lost(exc)
-
-            def send_400_response(self, msg: str) -> None:
-                if len(self.conn.trailing_data[0]) > _MAX_REQUEST_BYTES:
-                    # A request whose headers never end: 431, as the trio server.
-                    self.transport.write(refusal_bytes(b"431 Request Header Fields Too Large"))
-                    self.transport.close()
-                    return
-                shell._log(logging.INFO, "bad_http", "a client sent a malformed HTTP request")
-                super().send_400_response(msg)
-
-            def on_response_complete(self) -> None:
-                # An HTTP request answered: uvicorn's keep-alive timeout takes over.
-                self._handshake_done()
-                super().on_response_complete()
-
-            def handle_websocket_upgrade(self, event: Any) -> None:
-                self._handshake_done()
-                trailing, _ = self.conn.trailing_data
-                super().handle_websocket_upgrade(event)
-                ws = self.transport.get_protocol()
-                if isinstance(ws, GatewayWebSocketProtocol):
-                    ws.on_lost = self.release
-                else:  # pragma: no cover - only ours is configured
-                    self.release()
-                if trailing and not self.transport.is_closing():
-                    # uvicorn hands the WebSocket only the request: the first
-                    # frame a client glued to it would be lost.
-                    ws.data_received(bytes(trailing))  # type: ignore[attr-defined]
-
-        class GatewayWebSocketProtocol(WebSocketsSansIOProtocol):
-            on_lost: Any = None
-
-            def __init__(self, *args: Any, **kwargs: Any) -> None:
-                super().__init__(*args, **kwargs)
-                self.close_timeout = shell.config.close_timeout_s
-
-            def connection_lost(self, exc: Exception | None) -> None:
-                on_lost, self.on_lost = self.on_lost, None
-                if on_lost is not None:
-                    on_lost()
-                super().connection_lost(exc)
-
-            def handle_connect(self, event: Any) -> None:
-                super().handle_connect(event)
-                scope = getattr(self, "scope", None)
-                if scope is not None:
-                    scope["extensions"][ABORT_EXTENSION] = self.abort
-
-            def abort(self) -> None:
-                """Drop the TCP connection now: a stuck send or close ends too
-                (``close()`` would wait for the peer to read what is queued)."""
-                if self.transport is not None:
-                    self.transport.abort()
-
-            def send_receive_event_to_app(self) -> None:
-                if self.curr_msg_data_type == "text" and not self.close_sent:
-                    try:
-                        b"".join(self.frames).decode()
-                    except UnicodeDecodeError:
-                        # uvicorn logs each with a traceback: a client could
-                        # fill the log. Closed 1007 the same, logged per interval.
-                        self.frames = []
-                        shell._log(
-                            logging.INFO, "utf8", "a client sent text that is not UTF-8 (1007)"
-                        )
-                        self.conn.send_close(1007)
-                        self.handle_parser_exception()
-                        return
-                super().send_receive_event_to_app()
-
-            async def send(self, message: Any) -> None:
-                if message.get("type") == "websocket.close" and self.handshake_complete:
-                    # A close is written whatever the peer's window: the bytes
-                    # queue in the transport, and the close timer aborts it.
-                    self.writable.set()
-                await super().send(message)
-                if self.close_timer is not None:
-                    self.close_timer.cancel()
-                    self.close_timer = self.loop.call_later(self.close_timeout, self.abort)
-
-        GatewayH11Protocol.__qualname__ = "GatewayH11Protocol"
-        GatewayWebSocketProtocol.__qualname__ = "GatewayWebSocketProtocol"
-        self._ws_class = GatewayWebSocketProtocol
-        return GatewayH11Protocol
+        """The module's protocol classes, bound to this shell (its caps, its log)."""
+        bound = {"gateway_shell": self}
+        self._ws_class = type("GatewayWebSocketProtocol", (GatewayWebSocketProtocol,), bound)
+        return type("GatewayH11Protocol", (GatewayH11Protocol,), bound)
 
     def _ws_protocol(self) -> type[WebSocketsSansIOProtocol]:
         return self._ws_class
+
+
+class GatewayH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol under the shell's connection caps and handshake timeout."""
+
+    gateway_shell: UvicornShell
+    _peer_counted: str | None = None
+    _handshake_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        peer = _peer(transport)
+        refusal = self.gateway_shell.admit(peer)
+        if refusal is not None:
+            if self.gateway_shell.config.tls_cert is None:
+                transport.write(refusal)  # type: ignore[attr-defined]
+            transport.close()
+            return
+        self._peer_counted = peer
+        super().connection_made(transport)  # type: ignore[arg-type]
+        self._handshake_timer = self.loop.call_later(
+            self.gateway_shell.config.handshake_timeout_s, self._handshake_expired
+        )
+
+    def _handshake_expired(self) -> None:
+        self._handshake_timer = None
+        self.gateway_shell._log(logging.INFO, "handshake", "a connection sent no upgrade in time")
+        self.transport.abort()
+
+    def _handshake_done(self) -> None:
+        if self._handshake_timer is not None:
+            self._handshake_timer.cancel()
+            self._handshake_timer = None
+
+    def release(self) -> None:
+        """The TCP connection is gone (whichever protocol held it last)."""
+        self._handshake_done()
+        peer, self._peer_counted = self._peer_counted, None
+        if peer is not None:
+            self.gateway_shell.connections.release(peer)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.release()
+        if self.transport is not None:
+            super().connection_lost(exc)
+
+    def send_400_response(self, msg: str) -> None:
+        if len(self.conn.trailing_data[0]) > _MAX_REQUEST_BYTES:
+            # A request whose headers never end: 431, as the trio server.
+            self.transport.write(refusal_bytes(b"431 Request Header Fields Too Large"))
+            self.transport.close()
+            return
+        self.gateway_shell._log(logging.INFO, "bad_http", "a client sent a malformed HTTP request")
+        super().send_400_response(msg)
+
+    def on_response_complete(self) -> None:
+        # An HTTP request answered: uvicorn's keep-alive timeout takes over.
+        self._handshake_done()
+        super().on_response_complete()
+
+    def handle_websocket_upgrade(self, event: Any) -> None:
+        self._handshake_done()
+        trailing, _ = self.conn.trailing_data
+        super().handle_websocket_upgrade(event)
+        ws = self.transport.get_protocol()
+        if isinstance(ws, GatewayWebSocketProtocol):
+            ws.on_lost = self.release
+        else:  # pragma: no cover - only ours is configured
+            self.release()
+        if trailing and not self.transport.is_closing():
+            # uvicorn hands the WebSocket only the request: the first
+            # frame a client glued to it would be lost.
+            ws.data_received(bytes(trailing))  # type: ignore[attr-defined]
+
+
+class GatewayWebSocketProtocol(WebSocketsSansIOProtocol):
+    """uvicorn's sans-I/O WebSocket protocol with the shell's close timeout and abort."""
+
+    gateway_shell: UvicornShell
+    on_lost: Any = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.close_timeout = self.gateway_shell.config.close_timeout_s
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        on_lost, self.on_lost = self.on_lost, None
+        if on_lost is not None:
+            on_lost()
+        super().connection_lost(exc)
+
+    def handle_connect(self, event: Any) -> None:
+        super().handle_connect(event)
+        scope = getattr(self, "scope", None)
+        if scope is not None:
+            scope["extensions"][ABORT_EXTENSION] = self.abort
+
+    def abort(self) -> None:
+        """Drop the TCP connection now: a stuck send or close ends too
+        (``close()`` would wait for the peer to read what is queued)."""
+        if self.transport is not None:
+            self.transport.abort()
+
+    def send_receive_event_to_app(self) -> None:
+        if self.curr_msg_data_type == "text" and not self.close_sent:
+            try:
+                b"".join(self.frames).decode()
+            except UnicodeDecodeError:
+                # uvicorn logs each with a traceback: a client could
+                # fill the log. Closed 1007 the same, logged per interval.
+                self.frames = []
+                self.gateway_shell._log(
+                    logging.INFO, "utf8", "a client sent text that is not UTF-8 (1007)"
+                )
+                self.conn.send_close(1007)
+                self.handle_parser_exception()
+                return
+        super().send_receive_event_to_app()
+
+    async def send(self, message: Any) -> None:
+        if message.get("type") == "websocket.close" and self.handshake_complete:
+            # A close is written whatever the peer's window: the bytes
+            # queue in the transport, and the close timer aborts it.
+            self.writable.set()
+        await super().send(message)
+        if self.close_timer is not None:
+            self.close_timer.cancel()
+            self.close_timer = self.loop.call_later(self.close_timeout, self.abort)
+
+
+class GatewayServer(uvicorn.Server):
+    """uvicorn's server as ``serve`` runs it: SIGINT/SIGTERM recorded (for the
+    exit status) instead of re-raised, and every client told to go away before
+    uvicorn's own shutdown (which would close WebSockets 1012)."""
+
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        *,
+        go_away: Callable[[], Awaitable[None]],
+        on_signal: Callable[[int], None],
+    ) -> None:
+        super().__init__(config)
+        self._go_away = go_away
+        self._on_signal = on_signal
+        #: The signal that stopped the server (the first only).
+        self.signals_received: list[int] = []
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        # uvicorn re-raises the signal once stopped (SIGTERM would then
+        # kill the process): record it instead, and exit with a status.
+        handled = (signal.SIGINT, signal.SIGTERM)
+        original = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
+        try:
+            yield
+        finally:
+            for sig, handler in original.items():
+                signal.signal(sig, handler)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if not self.signals_received:
+            self.signals_received.append(sig)
+            self._on_signal(sig)
+        super().handle_exit(sig, frame)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        # Before uvicorn's own (it would close WebSockets 1012).
+        await self._go_away()
+        await super().shutdown(sockets)
 
 
 def _refuse_now(sock: socket.socket, status: bytes) -> None:
