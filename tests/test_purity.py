@@ -26,6 +26,7 @@ PURE_MODULES = (
     "_counters",
     "_store",
     "_supervisor_machine",
+    "_client_seqs",
 )
 FORBIDDEN = frozenset({"pykka", "trio", "asyncio", "threading"})
 DYNAMIC_IMPORTERS = frozenset({"import_module", "__import__"})
