@@ -16,7 +16,7 @@ from supervisor.gateway._engine import DemoEngine, EngineConfig, EngineSession
 from supervisor.gateway._protocol import binary_event
 from supervisor.gateway._server import Gateway, GatewayConfig, serve_gateway
 from supervisor.gateway._wire_client import WireClient
-from tests.gateway_support import LIMIT, read_until
+from tests.gateway_support import LIMIT, read_until, resume_elsewhere
 
 QUIET = EngineConfig(event_rate_hz=0)
 
@@ -69,18 +69,8 @@ async def test_an_input_in_flight_on_a_stopped_process_is_answered_once_after_a_
                     await trio.sleep(0.01)
             finally:
                 await client.cut()
-            last = max(int(str(f["server_event_seq"])) for f in frames if "server_event_seq" in f)
-
-            other = await WireClient.connect(second.url)
+            other = await resume_elsewhere(second.url, created, frames)
             try:
-                await other.send_json(
-                    {
-                        "type": "session.resume",
-                        "session_id": created["session_id"],
-                        "resume_token": created["resume_token"],
-                        "last_received_server_event_seq": last,
-                    }
-                )
                 resumed = await other.receive_json()
                 # Below the unanswered input: the client sends it again.
                 assert (resumed["type"], resumed["last_client_seq"]) == ("session.resumed", 0)
