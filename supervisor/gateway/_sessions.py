@@ -291,9 +291,9 @@ class EngineWork:
         """With a store: client event ``client_seq`` is handled, for a resume on
         another process. (An engine event carrying ``client_seq`` says so
         atomically with its journaling; this covers events it answers
-        otherwise. An input is marked once its answer ended: one whose
-        ``response.done`` was journaled and not yet marked, when its process
-        died, is answered ``input.duplicate`` by the next by its id.)"""
+        otherwise. An input is marked once its answer ended; if its process
+        died between journaling its ``response.done`` and marking it, the
+        next process answers its resend ``input.duplicate``, by its id.)"""
         store = self.registry.system.store
         if store is not None:
             await self._store_call(store.record_client_seq, live.session.session_id, client_seq)
