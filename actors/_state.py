@@ -24,65 +24,56 @@ prune). Any other exception restores the snapshot taken before the command
 and propagates: the transition never happened. Named failpoints at each step
 let tests and fault plans inject such crashes anywhere.
 
-The machine is one class on purpose, longer than our other modules: every
-handler touches the same private fields under the same invariants, and
-splitting the handlers apart would hide what a transition may change. Its
-vocabulary (configuration, failpoints, outcomes) is in `actors._transition`.
+The machine is one class: every handler touches the same private fields
+under the same invariants. Those fields, their invariants and the helpers
+are `actors._state_core.StateCore`; the handlers, one per command, are
+classes over it that this one joins: resumes (`actors._resume_rules`),
+events (`actors._event_rules`), the attachment and the session's end
+(`actors._attachment_rules`). This one makes, parks, snapshots and stores
+the session, and `handle` dispatches. Its vocabulary
+(configuration, failpoints, outcomes) is in `actors._transition`.
 """
 
 from __future__ import annotations
 
-import hmac
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
+from actors._attachment_rules import AttachmentRules
 from actors._credential import ResumeToken, token_digest
 from actors._errors import (
-    InvalidInputError,
-    InvalidPayloadError,
-    InvalidResumeTokenError,
-    JournalOverflowError,
     SessionError,
     UnknownSessionError,
 )
+from actors._event_rules import EventRules
 from actors._fields import SessionFields, field_values
-from actors._journal import EventJournal, JournalEntry, normalize_payload
+from actors._journal import EventJournal, JournalEntry
 from actors._lifecycle import ParkedSession, SessionPhase
 from actors._messages import (
     AbortResume,
     Acknowledge,
-    Activate,
     ActivationOutcome,
     AuthenticateResume,
     BeginResume,
     Close,
     CloseCallable,
     Command,
-    Deliver,
-    DetachedAttachment,
-    Effect,
     EndResume,
-    EventAccepted,
     HasAttachment,
     IsCurrentAttachment,
-    LifecycleEvent,
-    LifecycleKind,
     Notify,
     ReleaseAttachment,
     Resume,
-    ResumeResult,
-    RetireAttachment,
     SendCallable,
     SendEvent,
     SendEvents,
     SessionCreated,
     SettleLeaseGeneration,
     Tick,
-    TickResult,
     TransportAttachment,
 )
+from actors._resume_rules import ResumeRules
 from actors._store import SessionRecord
 from actors._transition import (
     FAILPOINTS,
@@ -111,8 +102,9 @@ __all__ = [
 ]
 
 
-class SessionState:
-    """The rules of one session, the seed registry's per-session half."""
+class SessionState(ResumeRules, EventRules, AttachmentRules):
+    """The rules of one session, the seed registry's per-session half: its
+    fields and their invariants are `StateCore`'s."""
 
     def __init__(
         self,
@@ -139,8 +131,6 @@ class SessionState:
             max_events=config.replay_max_events,
             strict=config.strict,
         )
-        # What a session parks, snapshots and stores (its invariants are on
-        # SessionFields), replaced whole on a change: a snapshot holds it as is.
         # Only the token's digest is kept; open() hands the plaintext out, once.
         self._fields = SessionFields(
             token_digest=token_digest((token or ResumeToken.generate()).plaintext),
@@ -151,20 +141,12 @@ class SessionState:
             last_resume=None,
             detached_at=None,
         )
-        # Invariant: None or attachment.generation == attachment_generation.
-        self._attachment: TransportAttachment | None = TransportAttachment(
-            generation=1, send=send, close=close
-        )
-        # Invariant: >= 0; begin_resume claims not yet ended.
+        self._attachment = TransportAttachment(generation=1, send=send, close=close)
         self._pending_resumes = 0
-        # Activations on the wire: generation -> digest the resume accepted
-        # (what a rollback restores as the recovery token).
-        # Invariant: every key <= attachment_generation.
-        self._activations: dict[int, bytes] = {}
+        self._activations = {}
         self._closed = False
-        self._effects: list[Effect] = []
-        # The snapshot the last handle() took: undo() returns to it.
-        self._undo_point: StateSnapshot | None = None
+        self._effects = []
+        self._undo_point = None
 
     @classmethod
     def open(
@@ -371,7 +353,7 @@ class SessionState:
     def entries_after(self, sequence: int) -> tuple[JournalEntry, ...]:
         return self._journal.entries_after(sequence)
 
-    # -- snapshots and invariants ---------------------------------------------
+    # -- snapshots (invariants: StateCore.check_invariants) ---------------------
 
     def snapshot(self) -> StateSnapshot:
         return StateSnapshot(
@@ -392,355 +374,6 @@ class SessionState:
         self._activations = dict(snapshot.activations)
         self._closed = snapshot.closed
         self._effects = []
-
-    def check_invariants(self) -> None:
-        """Raise ``AssertionError`` naming the first invariant that does not hold."""
-        fields = self._fields
-        generation = fields.attachment_generation
-        orphan = fields.orphaned_lease_generation
-        recovery = fields.recovery_token_digest
-        checks: tuple[tuple[bool, str], ...] = (
-            (generation >= 1, "attachment generation below 1"),
-            (
-                self._attachment is None or self._attachment.generation == generation,
-                "attachment is not the current generation",
-            ),
-            (fields.lease_generation >= 0, "negative lease generation"),
-            (self._pending_resumes >= 0, "negative pending resumes"),
-            (orphan is None or orphan >= 0, "negative orphaned lease generation"),
-            (
-                all(g <= generation for g in self._activations),
-                "an activation is newer than the current generation",
-            ),
-            (
-                fields.last_resume is None or fields.last_resume[0] <= generation,
-                "the last resume is newer than the current generation",
-            ),
-            (len(fields.token_digest) == 32, "credential digest is not SHA-256"),
-            (recovery is None or len(recovery) == 32, "recovery digest is not SHA-256"),
-            (
-                self._closed or (self._attachment is None) == (fields.detached_at is not None),
-                "detached_at disagrees with the attachment",
-            ),
-        )
-        for holds, what in checks:
-            if not holds:
-                raise AssertionError(f"session {self._session_id}: {what}")
-        self._journal.check_invariants()
-
-    # -- helpers ---------------------------------------------------------------
-
-    def _failpoint(self, name: str) -> None:
-        self._failpoints.hit(name, self._session_id)
-
-    def _event(self, kind: LifecycleKind, reason: str | None = None) -> LifecycleEvent:
-        return LifecycleEvent(
-            kind=kind,
-            session_id=self._session_id,
-            attachment_generation=self._fields.attachment_generation,
-            lease_generation=self._fields.lease_generation,
-            reason=reason,
-        )
-
-    def _check_token(self, token: object) -> str:
-        if not isinstance(token, str):
-            raise InvalidInputError(f"resume token must be a str, got {type(token).__name__}")
-        return token
-
-    def _validate_resume_identity(self, token: str) -> bool:
-        """``False``: the current token. ``True``: the one-shot recovery token."""
-        digest = token_digest(token)
-        if hmac.compare_digest(self._fields.token_digest, digest):
-            return False
-        recovery = self._fields.recovery_token_digest
-        if (
-            self._attachment is None
-            and recovery is not None
-            and hmac.compare_digest(recovery, digest)
-        ):
-            return True
-        raise InvalidResumeTokenError(f"invalid resume token for duplex session {self._session_id}")
-
-    def _settle_orphan(self) -> int | None:
-        fields = self._fields
-        orphan = fields.orphaned_lease_generation
-        if orphan is None or self._pending_resumes > 0:
-            # Nothing parked, or the next activation absorbs it (see resume).
-            return None
-        if self._attachment is not None:
-            lease = max(fields.lease_generation, orphan)
-            self._fields = replace(fields, orphaned_lease_generation=None, lease_generation=lease)
-            return None
-        self._fields = replace(fields, orphaned_lease_generation=None)
-        return orphan
-
-    def _detach(self, reason: str) -> None:
-        self._attachment = None
-        self._fields = replace(self._fields, detached_at=self._clock())
-        self._effects.append(
-            RetireAttachment(
-                attachment_generation=self._fields.attachment_generation, reason=reason
-            )
-        )
-
-    # -- handlers, one per command ----------------------------------------------
-
-    def _on_send_event(self, command: SendEvent) -> Any:
-        self._failpoint("send_event.enter")
-        attachment = self._attachment
-        if command.journal:
-            entry, frame = self._journal.record_framed(command.payload)
-            self._failpoint("send_event.recorded")
-            if command.on_accepted is not None:
-                self._effects.append(EventAccepted(callback=command.on_accepted))
-            if attachment is not None:
-                self._effects.append(
-                    Deliver(attachment_generation=attachment.generation, frames=(frame,))
-                )
-            self._failpoint("send_event.effects")
-            return entry
-        plain = normalize_payload(command.payload, strict=self._config.strict)
-        self._failpoint("send_event.recorded")
-        if attachment is not None:
-            self._effects.append(
-                Deliver(
-                    attachment_generation=attachment.generation,
-                    frames=(plain,),  # type: ignore[arg-type]
-                    on_delivered=command.on_accepted,
-                )
-            )
-        self._failpoint("send_event.effects")
-        return None
-
-    def _on_send_events(self, command: SendEvents) -> Any:
-        self._failpoint("send_event.enter")
-        attachment = self._attachment
-        if not command.atomic:
-            reply, frames = self._record_each(command)
-        elif command.journal:
-            entries, frames = self._journal.record_many_framed(command.payloads)
-            reply = entries
-        else:
-            frames = tuple(
-                normalize_payload(p, strict=self._config.strict) for p in command.payloads
-            )
-            reply = (None,) * len(frames)
-        self._failpoint("send_event.recorded")
-        if attachment is not None and frames:
-            self._effects.append(
-                Deliver(attachment_generation=attachment.generation, frames=frames)
-            )
-        self._failpoint("send_event.effects")
-        return reply
-
-    def _record_each(self, command: SendEvents) -> tuple[Any, tuple[Any, ...]]:
-        """Each payload on its own: its entry (or None) or the error refusing it."""
-        results: list[object] = []
-        frames: list[object] = []
-        for payload in command.payloads:
-            try:
-                if command.journal:
-                    entry, frame = self._journal.record_framed(payload)
-                    results.append(entry)
-                    frames.append(frame)
-                else:
-                    frames.append(normalize_payload(payload, strict=self._config.strict))
-                    results.append(None)
-            except (InvalidPayloadError, JournalOverflowError) as refused:
-                results.append(refused)
-        return tuple(results), tuple(frames)
-
-    def _on_acknowledge(self, command: Acknowledge) -> int:
-        self._failpoint("acknowledge.enter")
-        removed = self._journal.acknowledge(command.sequence)
-        self._failpoint("acknowledge.removed")
-        return removed
-
-    def _on_release_attachment(self, command: ReleaseAttachment) -> DetachedAttachment | None:
-        self._failpoint("release_attachment.enter")
-        wanted = command.attachment_generation
-        if self._config.strict:
-            check_generation(wanted, what="attachment_generation", optional=True)
-        if self._attachment is None:
-            return None
-        if wanted is not None and wanted != self._fields.attachment_generation:
-            return None
-        self._detach("detached")
-        self._failpoint("release_attachment.detached")
-        self._effects.append(Notify(event=self._event("detached")))
-        return DetachedAttachment(
-            session_id=self._session_id,
-            attachment_generation=self._fields.attachment_generation,
-            lease_generation=self._fields.lease_generation,
-        )
-
-    def _on_begin_resume(self, command: BeginResume) -> None:
-        self._failpoint("begin_resume.enter")
-        self._pending_resumes += 1
-        self._failpoint("begin_resume.claimed")
-
-    def _on_end_resume(self, command: EndResume) -> int | None:
-        self._failpoint("end_resume.enter")
-        self._pending_resumes = max(0, self._pending_resumes - 1)
-        owed = self._settle_orphan()
-        self._failpoint("end_resume.released")
-        return owed
-
-    def _on_settle_lease_generation(self, command: SettleLeaseGeneration) -> int | None:
-        self._failpoint("settle_lease_generation.enter")
-        if self._config.strict:
-            check_generation(command.lease_generation, what="lease_generation", optional=False)
-        orphan = max(self._fields.orphaned_lease_generation or 0, command.lease_generation)
-        self._fields = replace(self._fields, orphaned_lease_generation=orphan)
-        self._failpoint("settle_lease_generation.parked")
-        return self._settle_orphan()
-
-    def _on_has_attachment(self, command: HasAttachment) -> bool:
-        self._failpoint("has_attachment.enter")
-        return self._attachment is not None
-
-    def _on_is_current_attachment(self, command: IsCurrentAttachment) -> bool:
-        self._failpoint("is_current_attachment.enter")
-        return (
-            self._attachment is not None
-            and self._fields.attachment_generation == command.attachment_generation
-        )
-
-    def _on_authenticate_resume(self, command: AuthenticateResume) -> None:
-        self._failpoint("authenticate_resume.enter")
-        token = self._check_token(command.resume_token)
-        self._validate_resume_identity(token)
-        self._failpoint("authenticate_resume.verified")
-        self._journal.replay_after(command.last_received_server_event_seq)
-
-    def _on_resume(self, command: Resume) -> ResumeResult:
-        self._failpoint("resume.enter")
-        token = self._check_token(command.resume_token)
-        if self._config.strict:
-            check_generation(command.lease_generation, what="lease_generation", optional=True)
-        # Token before sequence: a stranger learns nothing about the journal.
-        used_recovery = self._validate_resume_identity(token)
-        replay = self._journal.replay_after(command.last_received_server_event_seq)
-        self._failpoint("resume.verified")
-        fields = self._fields
-        accepted_digest = fields.token_digest
-        if used_recovery and fields.recovery_token_digest is not None:
-            accepted_digest = fields.recovery_token_digest
-        rotated = ResumeToken.generate()
-        self._fields = fields = replace(
-            fields, recovery_token_digest=None, token_digest=token_digest(rotated.plaintext)
-        )
-        self._failpoint("resume.rotated")
-        replaced = self._attachment
-        if replaced is not None:
-            self._effects.append(
-                RetireAttachment(attachment_generation=replaced.generation, reason="replaced")
-            )
-        generation = fields.attachment_generation + 1
-        self._attachment = TransportAttachment(
-            generation=generation, send=command.send, close=command.close
-        )
-        self._fields = replace(
-            fields,
-            attachment_generation=generation,
-            detached_at=None,
-            # The activating connection serves the newest lease the engine holds:
-            # its own resume's, or a newer one abandoned while this one was pending.
-            lease_generation=max(
-                fields.lease_generation,
-                command.lease_generation if command.lease_generation is not None else 0,
-                fields.orphaned_lease_generation or 0,
-            ),
-            orphaned_lease_generation=None,
-            last_resume=(generation, accepted_digest),
-        )
-        self._failpoint("resume.attached")
-        if command.activation_payload_factory is not None:
-            self._activations[generation] = accepted_digest
-            self._effects.append(
-                Activate(
-                    attachment_generation=generation,
-                    resume_token=rotated,
-                    payload_factory=command.activation_payload_factory,
-                    replay=replay,
-                )
-            )
-        self._effects.append(Notify(event=self._event("resumed")))
-        return ResumeResult(
-            session_id=self._session_id,
-            attachment_generation=generation,
-            resume_token=rotated,
-            replay_entries=replay,
-            replaced_attachment=replaced,
-        )
-
-    def _on_activation_outcome(self, command: ActivationOutcome) -> bool:
-        """``True`` when this outcome rolled the resume back."""
-        self._failpoint("activation_outcome.enter")
-        generation = command.attachment_generation
-        accepted_digest = self._activations.pop(generation, None)
-        if accepted_digest is None or command.delivered:
-            return False
-        return self._roll_back(generation, accepted_digest, "activation_outcome.rolled_back")
-
-    def _on_abort_resume(self, command: AbortResume) -> bool:
-        """``True`` when the resume was rolled back; ``False``: nothing to undo."""
-        self._failpoint("abort_resume.enter")
-        generation = command.attachment_generation
-        accepted_digest = self._activations.pop(generation, None)
-        if accepted_digest is None:
-            last = self._fields.last_resume
-            if last is None or last[0] != generation:
-                return False
-            accepted_digest = last[1]
-        return self._roll_back(generation, accepted_digest, "abort_resume.rolled_back")
-
-    def _roll_back(self, generation: int, accepted_digest: bytes, failpoint: str) -> bool:
-        # The seed's rollback, generation-checked: a later resume that took
-        # over keeps its attachment. The presented token works again, once;
-        # the lease the provisional attachment served is parked as the orphan.
-        if self._fields.attachment_generation != generation:
-            return False
-        if self._attachment is not None:
-            self._detach("activation_failed")
-        fields = self._fields
-        self._fields = replace(
-            fields,
-            recovery_token_digest=accepted_digest,
-            orphaned_lease_generation=max(
-                fields.orphaned_lease_generation or 0, fields.lease_generation
-            ),
-            last_resume=None,
-        )
-        self._failpoint(failpoint)
-        return True
-
-    def _on_tick(self, command: Tick) -> TickResult:
-        self._failpoint("tick.enter")
-        pruned = self._journal.prune(command.now)
-        self._failpoint("tick.pruned")
-        grace = self._config.disconnect_grace_s
-        detached_at = self._fields.detached_at
-        expired = (
-            grace is not None
-            and detached_at is not None
-            and self._pending_resumes == 0
-            and not self._activations
-            and command.now - detached_at >= grace
-        )
-        return TickResult(pruned=pruned, expired=expired)
-
-    def _on_close(self, command: Close) -> TransportAttachment | None:
-        self._failpoint("close.enter")
-        attachment = self._attachment
-        if attachment is not None:
-            self._effects.append(
-                RetireAttachment(attachment_generation=attachment.generation, reason="closed")
-            )
-        self._closed = True
-        self._failpoint("close.closed")
-        self._effects.append(Notify(event=self._event("closed")))
-        return attachment
 
 
 _HANDLERS: dict[type[Any], Callable[[SessionState, Any], Any]] = {

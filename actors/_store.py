@@ -14,11 +14,16 @@ What crosses processes is plain data, never a pickle:
 * `StoredEvent`: one journal entry, its encoded JSON and its age;
 * `Commit`: one transition's writes, fenced by the owner's epoch.
 
-Client events across processes: an engine event carrying ``client_seq``
-answers that client event; the commit that journals it raises the stored
-``last_client_seq`` in the same atomic write (`Commit.client_seq`), so a
-resume on another process neither redelivers an answered client event nor
-skips one whose answer never got journaled.
+Client events across processes: the store keeps which sequenced client
+events were handled (`actors._client_seqs.ClientWatermark`: a watermark,
+``last_client_seq``, and the events handled above it), each one marked by
+itself: an event the engine took once it returned, an input once its answer
+ended. An engine event carrying ``client_seq`` answers that client event; the
+commit that journals it marks it handled in the same atomic write
+(`Commit.client_seqs`), so a resume on another process neither redelivers an
+answered client event nor skips one whose answer never got journaled. The
+watermark stops below an input whose answer is still in flight, so the
+process that resumes after its process died gets it again.
 
 Inputs across processes: a client that resumes on another process resends
 the inputs it saw no answer to. `SessionStore.claim_input` says whether
@@ -58,6 +63,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from actors._client_seqs import ClientWatermark
 from actors._credential import token_digest
 from actors._errors import (
     GapReason,
@@ -136,9 +142,9 @@ class Commit:
     trim_through: int | None = None
     #: `input_key` s whose answers end in ``appends``: marked answered.
     settles: tuple[str, ...] = ()
-    #: The highest ``client_seq`` an event of ``appends`` carries: the client
-    #: events through it are handled (the store's ``last_client_seq`` grows to it).
-    client_seq: int | None = None
+    #: The ``client_seq`` s the events of ``appends`` carry: those client events
+    #: are handled (`SessionStore.record_client_seq` for each).
+    client_seqs: tuple[int, ...] = ()
 
 
 class SessionStore(Protocol):
@@ -198,11 +204,13 @@ class SessionStore(Protocol):
         """
 
     def record_client_seq(self, session_id: str, client_seq: int) -> None:
-        """The gateway accepted the session's client events through ``client_seq``:
-        keep the highest such number (nothing if the session is not stored)."""
+        """The gateway handled the session's client event ``client_seq`` (this one,
+        not those below it): `ClientWatermark.with_handled` (nothing if the
+        session is not stored)."""
 
-    def last_client_seq(self, session_id: str) -> int:
-        """What `record_client_seq` kept (0: nothing yet, or no such session)."""
+    def client_watermark(self, session_id: str) -> ClientWatermark:
+        """What `record_client_seq` kept, read at once (empty: nothing yet, or no
+        such session)."""
 
 
 @runtime_checkable
@@ -444,14 +452,14 @@ class StoreBinding:
         # the store derives it from the appends (fewer bytes per event).
         sequence_only = bool(events) and same_fields
         settles: tuple[str, ...] = ()
-        client_seq: int | None = None
+        client_seqs: tuple[int, ...] = ()
         for event in events:
             key = settled_input(event.encoded)
             if key:
                 settles += (key,)
             seq = handled_client_seq(event.encoded)
-            if seq and (client_seq is None or seq > client_seq):
-                client_seq = seq
+            if seq:
+                client_seqs += (seq,)
         self._prepared = record
         return Commit(
             session_id=self.session_id,
@@ -465,7 +473,7 @@ class StoreBinding:
                 record.dropped_through if record.dropped_through != last.dropped_through else None
             ),
             settles=settles,
-            client_seq=client_seq,
+            client_seqs=client_seqs,
         )
 
     def settle(self, fenced: StoredSession) -> bool:

@@ -36,7 +36,8 @@ FATAL_CLOSE_CODES: dict[int, str] = {
 """Close codes after which resuming cannot help: `FatalCloseError`, no retry.
 (4000: another client resumed the session; 4400: this client broke the protocol.)"""
 
-#: How many acked client events the client keeps besides the unacked ones.
+#: How many acked client events the client keeps besides the unacked ones (and
+#: besides those from the oldest input not yet answered on).
 ACKED_WINDOW = 1024
 
 #: Error codes the server sends before closing with one of those codes.

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from actors._client_seqs import ClientWatermark
 from actors._errors import (
     DuplicateSessionError,
     SessionReplacedError,
@@ -39,7 +40,7 @@ class _Entry:
     #: input key -> its claimant, or ``_ANSWERED``.
     inputs: dict[str, str] = field(default_factory=dict)
     identity: str | None = None
-    client_seq: int = 0
+    client_seqs: ClientWatermark = field(default_factory=ClientWatermark)
 
 
 #: An input whose answer was journaled (claimants are never this).
@@ -101,8 +102,8 @@ class MemoryStore:
                 entry.record = replace(entry.record, next_sequence=top + 1)
             for key in commit.settles:
                 entry.inputs[key] = _ANSWERED
-            if commit.client_seq is not None:
-                entry.client_seq = max(entry.client_seq, commit.client_seq)
+            if commit.client_seqs:
+                entry.client_seqs = entry.client_seqs.with_handled(commit.client_seqs)
             entry.lease_until = self._clock() + self.lease_s
 
     def load(self, session_id: str, *, events: bool = True) -> StoredSession | None:
@@ -173,13 +174,13 @@ class MemoryStore:
         with self._lock:
             entry = self._sessions.get(session_id)
             if entry is not None:
-                entry.client_seq = max(entry.client_seq, client_seq)
+                entry.client_seqs = entry.client_seqs.with_handled((client_seq,))
 
-    def last_client_seq(self, session_id: str) -> int:
-        """See `SessionStore.last_client_seq`."""
+    def client_watermark(self, session_id: str) -> ClientWatermark:
+        """See `SessionStore.client_watermark`."""
         with self._lock:
             entry = self._sessions.get(session_id)
-            return 0 if entry is None else entry.client_seq
+            return ClientWatermark() if entry is None else entry.client_seqs
 
     def bind_identity(self, session_id: str, fingerprint: str) -> None:
         """See `SessionStore.bind_identity`."""

@@ -89,10 +89,13 @@ class ClientSession:
         #: Client events the server has not acked, in ``client_seq`` order, and the
         #: last one written on the current connection.
         self._pending: deque[Pending] = deque()
-        #: The last acked ones too, a bounded window: with a session store, a
-        #: ``client_ack`` says accepted, and a process that dies before handling
-        #: an accepted event leaves a lower ``last_client_seq`` to the next one.
-        self._acked: deque[Pending] = deque(maxlen=ACKED_WINDOW)
+        #: The last acked ones too: with a session store, a ``client_ack`` says
+        #: accepted, and a process that dies before handling an accepted event
+        #: leaves a lower ``last_client_seq`` to the next one. The last
+        #: `ACKED_WINDOW` of them, and every one from the oldest input not yet
+        #: answered on (the store's ``last_client_seq`` stays below it until
+        #: its answer ends): `_trim_acked`.
+        self._acked: deque[Pending] = deque()
         self._written_upto = 0
         self._unanswered: dict[str, str] = {}
         self._answered_signal = anyio.Event()
@@ -250,11 +253,19 @@ class ClientSession:
         if isinstance(input_id, str) and self._unanswered.pop(input_id, None) is not None:
             self._stats.inputs_answered += 1
             self._answered_signal.set()
+            self._trim_acked()
 
     def _drop_pending_through(self, client_seq: int) -> None:
         while self._pending and self._pending[0].client_seq <= client_seq:
             self._acked.append(self._pending.popleft())
             self._stats.client_events_acked += 1
+        self._trim_acked()
+
+    def _trim_acked(self) -> None:
+        """Forget acked events past the window, up to the oldest unanswered input."""
+        acked = self._acked
+        while len(acked) > ACKED_WINDOW and acked[0].input_id not in self._unanswered:
+            acked.popleft()
 
     async def _on_error(self, frame: dict[str, object]) -> None:
         code = str(frame.get("code"))

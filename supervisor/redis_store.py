@@ -44,6 +44,7 @@ try:
 except ModuleNotFoundError:
     raise MissingExtraError("redis", "supervisor.redis_store") from None
 
+from actors._client_seqs import ClientWatermark, parse_runs
 from actors._errors import (
     DuplicateSessionError,
     GapReason,
@@ -88,15 +89,52 @@ return 1
 """
 )
 
+# Marks client events handled (`actors._client_seqs.ClientWatermark.with_handled`,
+# alike): the session hash's ``cs`` is the watermark, ``ch`` the runs handled
+# above it ("first-last,first-last").
+_MARK_HANDLED = """
+local function mark_handled(key, seqs)
+  local last = tonumber(redis.call('HGET', key, 'cs') or '0')
+  local runs = {}
+  for first, final in string.gmatch(redis.call('HGET', key, 'ch') or '', '(%d+)-(%d+)') do
+    runs[#runs + 1] = {tonumber(first), tonumber(final)}
+  end
+  for _, seq in ipairs(seqs) do
+    if seq > last then
+      local i = 1
+      while i <= #runs and runs[i][2] < seq - 1 do i = i + 1 end
+      if i > #runs or runs[i][1] > seq + 1 then
+        table.insert(runs, i, {seq, seq})
+      else
+        if seq < runs[i][1] then runs[i][1] = seq end
+        if seq > runs[i][2] then runs[i][2] = seq end
+        if i < #runs and runs[i + 1][1] <= runs[i][2] + 1 then
+          if runs[i + 1][2] > runs[i][2] then runs[i][2] = runs[i + 1][2] end
+          table.remove(runs, i + 1)
+        end
+      end
+    end
+  end
+  while #runs > 0 and runs[1][1] <= last + 1 do
+    if runs[1][2] > last then last = runs[1][2] end
+    table.remove(runs, 1)
+  end
+  local parts = {}
+  for i, run in ipairs(runs) do parts[i] = string.format('%d-%d', run[1], run[2]) end
+  redis.call('HSET', key, 'cs', string.format('%d', last), 'ch', table.concat(parts, ','))
+end
+"""
+
 # ARGV: epoch, lease_ms, ttl_ms, expect_digest|'', trim_through|'', n_field_args,
-# the field args, n_settles, the settled input keys, handled client_seq|'', then 4
-# per event: sequence, encoded, created_at, encoded_bytes.
+# the field args, n_settles, the settled input keys, n_handled, the handled
+# client_seqs, then 4 per event: sequence, encoded, created_at, encoded_bytes.
 # Appends must follow the stored head (or the commit's new trim boundary, past
 # which a store_lost skip or an ack moved the journal), one after another: an
 # owner whose store lost its last writes (a replica promoted without them)
 # writing on from its own head would leave a hole a later owner replays past.
 _COMMIT = (
     _NOW_MS
+    + _MARK_HANDLED
     + """
 local epoch = redis.call('HGET', KEYS[1], 'epoch')
 if not epoch then return -1 end
@@ -105,8 +143,8 @@ if tonumber(redis.call('HGET', KEYS[1], 'lease_until')) < now then return -3 end
 if ARGV[4] ~= '' and redis.call('HGET', KEYS[1], 'td') ~= ARGV[4] then return -4 end
 local nf = tonumber(ARGV[6])
 local ns = tonumber(ARGV[7 + nf])
-local handled = ARGV[8 + nf + ns]
-local first = 9 + nf + ns
+local nh = tonumber(ARGV[8 + nf + ns])
+local first = 9 + nf + ns + nh
 local top = tonumber(redis.call('HGET', KEYS[1], 'ns')) - 1
 if ARGV[5] ~= '' and tonumber(ARGV[5]) > top then top = tonumber(ARGV[5]) end
 for i = first, #ARGV, 4 do
@@ -127,8 +165,10 @@ elseif first <= #ARGV then
   redis.call('HSET', KEYS[1], 'ns', top + 1)
 end
 for i = 8 + nf, 7 + nf + ns do redis.call('HSET', KEYS[3], ARGV[i], '') end
-if handled ~= '' and tonumber(redis.call('HGET', KEYS[1], 'cs') or '0') < tonumber(handled) then
-  redis.call('HSET', KEYS[1], 'cs', handled)
+if nh > 0 then
+  local handled = {}
+  for i = 9 + nf + ns, 8 + nf + ns + nh do handled[#handled + 1] = tonumber(ARGV[i]) end
+  mark_handled(KEYS[1], handled)
 end
 redis.call('HSET', KEYS[1], 'lease_until', now + tonumber(ARGV[2]))
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
@@ -202,14 +242,15 @@ if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'idn', AR
 return 1
 """
 
-# ARGV: client_seq. The session hash's ``cs`` keeps the highest.
-_RECORD_CLIENT_SEQ = """
+# ARGV: client_seq, handled (`_MARK_HANDLED`).
+_RECORD_CLIENT_SEQ = (
+    _MARK_HANDLED
+    + """
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
-if tonumber(redis.call('HGET', KEYS[1], 'cs') or '0') < tonumber(ARGV[1]) then
-  redis.call('HSET', KEYS[1], 'cs', ARGV[1])
-end
+mark_handled(KEYS[1], {tonumber(ARGV[1])})
 return 1
 """
+)
 
 # ARGV: claimant, input key, ttl_ms. 1: claimed; 0: answered or ours; -1: no session.
 _CLAIM_INPUT = """
@@ -570,7 +611,8 @@ class RedisStore:
             *fields,
             len(commit.settles),
             *commit.settles,
-            "" if commit.client_seq is None else commit.client_seq,
+            len(commit.client_seqs),
+            *commit.client_seqs,
         ]
         for event in commit.appends:
             args += [event.sequence, event.encoded, repr(event.created_at), event.encoded_bytes]
@@ -700,14 +742,20 @@ class RedisStore:
         return None if claimed == -1 else claimed == 1
 
     def record_client_seq(self, session_id: str, client_seq: int) -> None:
-        """See `SessionStore.record_client_seq` (a field ``cs`` of the session's hash)."""
+        """See `SessionStore.record_client_seq` (fields ``cs`` and ``ch`` of the
+        session's hash)."""
         self._run(self._record_client_seq, self._keys(session_id)[:1], [client_seq])
 
-    def last_client_seq(self, session_id: str) -> int:
-        """See `SessionStore.last_client_seq`."""
+    def client_watermark(self, session_id: str) -> ClientWatermark:
+        """See `SessionStore.client_watermark` (one HMGET: both fields at once)."""
         with self._reachable():
-            value = self._client.hget(self._keys(session_id)[0], "cs")
-        return 0 if value is None else int(bytes(cast(bytes, value)))
+            last, runs = cast(
+                list[bytes | None], self._client.hmget(self._keys(session_id)[0], ["cs", "ch"])
+            )
+        return ClientWatermark(
+            last_client_seq=0 if last is None else int(last),
+            handled_above=parse_runs("" if runs is None else runs.decode()),
+        )
 
     def ping(self) -> None:
         """Raise `StoreUnavailableError` unless Redis answers."""

@@ -152,6 +152,22 @@ async def read_until_closed(client: WireClient) -> tuple[list[Frame], WireClosed
             return frames, closed
 
 
+async def resume_elsewhere(url: str, created: Frame, frames: list[Frame]) -> WireClient:
+    """Connect to ``url`` (another gateway sharing the store) and resume the
+    session of ``created`` after the last journaled event in ``frames``."""
+    last = max(int(str(f["server_event_seq"])) for f in frames if "server_event_seq" in f)
+    client = await WireClient.connect(url)
+    await client.send_json(
+        {
+            "type": "session.resume",
+            "session_id": created["session_id"],
+            "resume_token": created["resume_token"],
+            "last_received_server_event_seq": last,
+        }
+    )
+    return client
+
+
 async def read_until(client: WireClient, kind: str, **fields: object) -> list[Frame]:
     """Frames up to and including the first of type ``kind`` with these fields."""
     frames: list[Frame] = []

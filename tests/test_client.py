@@ -16,7 +16,7 @@ import anyio
 import pytest
 import trio
 
-from supervisor._client_policy import Options
+from supervisor._client_policy import ACKED_WINDOW, Options
 from supervisor.client import (
     ClientSession,
     FatalCloseError,
@@ -212,6 +212,19 @@ class _RecordingConnection:
         return self.answer
 
 
+def _resumed_at(last_client_seq: int) -> _RecordingConnection:
+    """A connection whose server answers ``session.resumed`` with ``last_client_seq``."""
+    return _RecordingConnection(
+        {
+            "type": "session.resumed",
+            "session_id": "sess_x",
+            "resume_token": "t2",
+            "replayed": 0,
+            "last_client_seq": last_client_seq,
+        }
+    )
+
+
 async def test_acked_events_a_new_process_never_handled_are_resent() -> None:
     # With a session store, client_ack says accepted; a process killed before
     # handling leaves a lower last_client_seq to the process that resumes.
@@ -220,19 +233,34 @@ async def test_acked_events_a_new_process_never_handled_are_resent() -> None:
     for n in range(6):
         await session.send({"type": "note", "n": n})
     session._drop_pending_through(5)  # client_ack 5, from the process that died
-    connection = _RecordingConnection(
-        {
-            "type": "session.resumed",
-            "session_id": "sess_x",
-            "resume_token": "t2",
-            "replayed": 0,
-            "last_client_seq": 3,
-        }
-    )
+    connection = _resumed_at(3)
     await session._handshake(connection)  # type: ignore[arg-type]
     resent = [f["client_seq"] for f in connection.sent if isinstance(f, dict) and "n" in f]
     assert resent == [4, 5, 6]
     assert session.statistics()["client_events_resent"] == 3
+    session._events_in.close()
+    session._events_out.close()
+
+
+async def test_acked_events_from_an_unanswered_input_on_are_kept_to_resend() -> None:
+    # With a session store, the stored last_client_seq stays below an input
+    # until its answer ends: a process killed mid-answer, however many events
+    # later, leaves the next one below it, and the client resends from there.
+    session = ClientSession(_options())
+    session._session_id, session._token = "sess_x", "t1"
+    await session.input("a long answer", client_event_id="q1")
+    later = ACKED_WINDOW + 5
+    for n in range(later):
+        await session.send({"type": "note", "n": n})
+    session._drop_pending_through(later + 1)  # all acked by the process that died
+    connection = _resumed_at(0)
+    await session._handshake(connection)  # type: ignore[arg-type]
+    resent = [f["client_seq"] for f in connection.sent if isinstance(f, dict) and "client_seq" in f]
+    assert resent == list(range(1, later + 2))
+    # Once answered, only the window is kept.
+    session._answered("q1")
+    session._drop_pending_through(later + 1)
+    assert len(session._acked) == ACKED_WINDOW
     session._events_in.close()
     session._events_out.close()
 

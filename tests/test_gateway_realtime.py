@@ -20,7 +20,13 @@ from supervisor.gateway._protocol import binary_event
 from supervisor.gateway._server import Gateway, GatewayConfig, serve_gateway
 from supervisor.gateway._sessions import _Inbox
 from supervisor.gateway._wire_client import WireClient
-from tests.gateway_support import LIMIT, read_until, read_until_closed, running_gateway
+from tests.gateway_support import (
+    LIMIT,
+    read_until,
+    read_until_closed,
+    resume_elsewhere,
+    running_gateway,
+)
 
 QUIET = EngineConfig(event_rate_hz=0)
 
@@ -248,17 +254,8 @@ async def test_a_resume_on_another_process_agrees_on_last_client_seq() -> None:
                 frames = await read_until(client, "input_audio.received", client_seq=3)
             finally:
                 await client.cut()
-            last = max(int(str(f["server_event_seq"])) for f in frames if "server_event_seq" in f)
-            other = await WireClient.connect(second.url)
+            other = await resume_elsewhere(second.url, created, frames)
             try:
-                await other.send_json(
-                    {
-                        "type": "session.resume",
-                        "session_id": created["session_id"],
-                        "resume_token": created["resume_token"],
-                        "last_received_server_event_seq": last,
-                    }
-                )
                 resumed = await other.receive_json()
                 assert (resumed["type"], resumed["last_client_seq"]) == ("session.resumed", 3)
                 await other.send_bytes(_chunk(3, 10))  # a repeat: dropped

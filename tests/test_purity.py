@@ -26,6 +26,11 @@ PURE_MODULES = (
     "_counters",
     "_store",
     "_supervisor_machine",
+    "_client_seqs",
+    "_state_core",
+    "_resume_rules",
+    "_event_rules",
+    "_attachment_rules",
 )
 FORBIDDEN = frozenset({"pykka", "trio", "asyncio", "threading"})
 DYNAMIC_IMPORTERS = frozenset({"import_module", "__import__"})

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import threading
 import time
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from dataclasses import replace
 import pytest
 import redis
 
+from actors._client_seqs import ClientWatermark
 from actors._credential import token_digest
 from actors._errors import (
     DuplicateSessionError,
@@ -454,28 +456,63 @@ def test_renewals_of_more_sessions_than_one_pipeline_holds(redis_server: RedisSe
         store.close()
 
 
-def test_the_last_client_seq_only_grows_and_survives_a_commit(store: SessionStore) -> None:
-    store.record_client_seq("s", 5)  # no such session: nothing kept
-    assert store.last_client_seq("s") == 0
+def test_the_watermark_stops_below_an_event_not_yet_handled(store: SessionStore) -> None:
+    store.record_client_seq("s", 1)  # no such session: nothing kept
+    assert store.client_watermark("s") == ClientWatermark()
     epoch = store.create("s", record())
-    store.record_client_seq("s", 3)
-    store.record_client_seq("s", 2)  # an older writer's: never lowers it
-    append(store, "s", epoch, 1, 2)
-    assert store.last_client_seq("s") == 3
+    store.record_client_seq("s", 1)
+    # 2 is an input whose answer is in flight; 3, 4 and 6 were handled meanwhile.
+    for seq in (3, 4, 6, 4):
+        store.record_client_seq("s", seq)
+    append(store, "s", epoch, 1, 2)  # a commit leaves it as it is
+    assert store.client_watermark("s") == ClientWatermark(
+        last_client_seq=1, handled_above=((3, 4), (6, 6))
+    )
+    store.record_client_seq("s", 2)  # the answer ended
+    assert store.client_watermark("s") == ClientWatermark(
+        last_client_seq=4, handled_above=((6, 6),)
+    )
+    store.record_client_seq("s", 1)  # an older writer's: never lowers it
+    store.record_client_seq("s", 5)
+    assert store.client_watermark("s") == ClientWatermark(last_client_seq=6)
+
+
+def test_both_stores_mark_handled_events_as_the_pure_watermark_does(
+    store: SessionStore,
+) -> None:
+    rng = random.Random(7)  # noqa: S311 - a test's order, not a secret
+    order = list(range(1, 60))
+    rng.shuffle(order)
+    store.create("s", record())
+    expected = ClientWatermark()
+    for seq in order[:45]:
+        store.record_client_seq("s", seq)
+        expected = expected.with_handled((seq,))
+        assert store.client_watermark("s") == expected
 
 
 def test_a_commit_journaling_an_answer_to_a_client_event_marks_it_handled(
     store: SessionStore,
 ) -> None:
     epoch = store.create("s", record())
-    receipt = b'{"type":"input_audio.received","client_seq":7,"server_event_seq":1}'
-    event = StoredEvent(sequence=1, created_at=1.0, encoded_bytes=len(receipt), encoded=receipt)
-    store.commit(Commit(session_id="s", epoch=epoch, record=None, appends=(event,), client_seq=7))
-    assert store.last_client_seq("s") == 7
-    # A commit fenced off changes nothing, its client_seq neither.
+    receipts = [
+        f'{{"type":"input_audio.received","client_seq":{n},"server_event_seq":{n}}}'.encode()
+        for n in (1, 3)
+    ]
+    events = tuple(
+        StoredEvent(sequence=n, created_at=1.0, encoded_bytes=len(receipt), encoded=receipt)
+        for n, receipt in enumerate(receipts, start=1)
+    )
+    store.commit(
+        Commit(session_id="s", epoch=epoch, record=None, appends=events, client_seqs=(1, 3))
+    )
+    assert store.client_watermark("s") == ClientWatermark(
+        last_client_seq=1, handled_above=((3, 3),)
+    )
+    # A commit fenced off changes nothing, its client_seqs neither.
     with pytest.raises(SessionReplacedError):
-        store.commit(Commit(session_id="s", epoch=epoch + 1, record=None, client_seq=9))
-    assert store.last_client_seq("s") == 7
+        store.commit(Commit(session_id="s", epoch=epoch + 1, record=None, client_seqs=(2,)))
+    assert store.client_watermark("s").last_client_seq == 1
 
 
 def test_the_commit_of_an_event_carrying_client_seq_says_so() -> None:

@@ -17,8 +17,9 @@ whole life (across connections): it decides whether an input is new, a
 repeat, over the in-flight cap or past the lifetime bound.
 
 `ClientSequence` is a session's last accepted ``client_seq`` (O(1) per
-session, across connections): each sequenced client event is accepted once,
-in order; a repeat is dropped and counted, a jump ahead refused.
+session, across connections, plus the runs a store says another process
+handled above it): each sequenced client event is accepted once, in order; a
+repeat is dropped and counted, a jump ahead refused.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from actors._client_seqs import ClientWatermark, Runs
 from supervisor.gateway._config import GatewayConfig
 from supervisor.gateway._limits import ByteRate, FailureThrottle, InputRate
 from supervisor.gateway._protocol import (
@@ -211,10 +213,13 @@ class InputLedger:
 
 @dataclass(slots=True)
 class ClientSequence:
-    """A session's last accepted ``client_seq``, and the repeats it dropped."""
+    """A session's last accepted ``client_seq``, the repeats it dropped, and the
+    runs above ``last`` handled elsewhere (by a process that held the session
+    before, as its store says): repeats too, once the client resends them."""
 
     last: int = 0
     repeats: int = 0
+    handled_above: Runs = ()
 
     def accept(self, client_seq: int) -> SequenceVerdict:
         if client_seq <= self.last:
@@ -223,7 +228,19 @@ class ClientSequence:
         if client_seq != self.last + 1:
             return "ahead"
         self.last = client_seq
+        runs = self.handled_above
+        if runs and runs[0][0] <= client_seq:
+            if client_seq >= runs[0][1]:
+                self.handled_above = runs[1:]
+            self.repeats += 1
+            return "repeat"
         return "accepted"
+
+    def catch_up(self, stored: ClientWatermark) -> None:
+        """Take in what the store says was handled (by any process)."""
+        ours = ClientWatermark(last_client_seq=self.last, handled_above=self.handled_above)
+        merged = ours.merged(stored)
+        self.last, self.handled_above = merged.last_client_seq, merged.handled_above
 
 
 class Throttles:

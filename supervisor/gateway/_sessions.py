@@ -8,13 +8,20 @@ overflowed journal, the registry gone): a send that fails or times out is the
 transport's trouble, the event is journaled and a resume replays it.
 
 Sequenced client events (``client_seq``) pass the session's
-`ClientSequence` here, once each. With a session store, the stored
-``last_client_seq`` (what a resume on another process starts from) grows
-once an event is handled: atomically with the journaling of an engine event
-that carries its ``client_seq`` (`actors._store.Commit`), or once the
-engine's ``on_client_event`` returned. Each session's accepted events of the
-engine's declared types reach ``engine.on_client_event`` in order, through one
-task per session; a ``response.cancel`` cancels the scopes it names at once.
+`ClientSequence` here, once each. With a session store, each one is marked
+handled in the store (`actors._client_seqs.ClientWatermark`) once it is:
+atomically with the journaling of an engine event that carries its
+``client_seq`` (`actors._store.Commit`), once the engine's
+``on_client_event`` returned, at once for an event with nothing more to do,
+and for an input once its answer ended (or it was answered otherwise:
+``input.duplicate``, ``busy``, ``input_limit``). The stored
+``last_client_seq``, what a resume on another process starts from, stays
+below the oldest event not yet handled (an input whose answer is in flight),
+and that process takes the events handled above it as repeats: an input
+whose process died mid-answer is answered there, once. Each session's
+accepted events of the engine's declared types reach
+``engine.on_client_event`` in order, through one task per session; a
+``response.cancel`` cancels the scopes it names at once.
 
 With a session store, an input new to this process asks the store first
 (`SessionStore.claim_input`): an input another process already answered
@@ -135,6 +142,9 @@ class _Live:
     events: _Inbox | None
     #: One per running task (a scope is entered once); the session's end cancels all.
     scopes: set[anyio.CancelScope] = field(default_factory=set)
+    #: Sequenced inputs accepted and not yet given to `EngineWork.answer`: their
+    #: ``client_seq`` by input id, marked handled once answered.
+    input_seqs: dict[str, int] = field(default_factory=dict)
     stopped: bool = False
 
 
@@ -240,12 +250,14 @@ class EngineWork:
         if store is None:
             return local
         if wait_for_store:
-            stored = int(await self._store_call(store.last_client_seq, session_id))
+            stored = await self._store_call(store.client_watermark, session_id)
         else:
-            stored = int(await anyio.to_thread.run_sync(store.last_client_seq, session_id))
-        if live is not None and stored > live.sequence.last:
-            live.sequence.last = live.presence.last_client_seq = stored
-        return max(local, stored)
+            stored = await anyio.to_thread.run_sync(store.client_watermark, session_id)
+        if live is not None:
+            # Also the events handled above the watermark: repeats here.
+            live.sequence.catch_up(stored)
+            live.presence.last_client_seq = live.sequence.last
+        return max(local, int(stored.last_client_seq))
 
     async def deliver(
         self, session_id: str, event: ClientEvent
@@ -261,6 +273,9 @@ class EngineWork:
         if verdict != "accepted":
             return verdict, last
         live.presence.last_client_seq = last
+        if event.type == "input":
+            # Answered by `answer`, which the caller calls next.
+            live.input_seqs[str(event.fields.get("client_event_id"))] = event.client_seq
         if event.type == "response.cancel":
             response_id = event.fields.get("response_id")
             if isinstance(response_id, str):
@@ -273,10 +288,12 @@ class EngineWork:
         return verdict, last
 
     async def _handled(self, live: _Live, client_seq: int) -> None:
-        """With a store: client events through ``client_seq`` are handled, for a
-        resume on another process. (An engine event carrying ``client_seq`` says
-        so atomically with its journaling; this covers events it answers
-        otherwise. An input is answered once by its id, and never marked here.)"""
+        """With a store: client event ``client_seq`` is handled, for a resume on
+        another process. (An engine event carrying ``client_seq`` says so
+        atomically with its journaling; this covers events it answers
+        otherwise. An input is marked once its answer ended; if its process
+        died between journaling its ``response.done`` and marking it, the
+        next process answers its resend ``input.duplicate``, by its id.)"""
         store = self.registry.system.store
         if store is not None:
             await self._store_call(store.record_client_seq, live.session.session_id, client_seq)
@@ -308,9 +325,19 @@ class EngineWork:
         if live is None:
             return None
         verdict = live.ledger.decide(client_event_id)
+        client_seq = live.input_seqs.pop(client_event_id, None)
         if verdict == "answer":
-            self._task_group.start_soon(self._run, live, "answer", (client_event_id, text))
+            self._task_group.start_soon(
+                self._run, live, "answer", (client_event_id, text), client_seq
+            )
+        elif client_seq is not None:
+            # Answered already (here, or the client resends it under a new client_seq).
+            self._task_group.start_soon(self._mark_handled, live, client_seq)
         return verdict
+
+    async def _mark_handled(self, live: _Live, client_seq: int) -> None:
+        with _task_scope(live):
+            await self._handled(live, client_seq)
 
     def stop(self, session_id: str) -> None:
         """The session ended: cancel its work and tell the engine (idempotent)."""
@@ -332,7 +359,15 @@ class EngineWork:
         for session_id in list(self._live):
             self.stop(session_id)
 
-    async def _run(self, live: _Live, kind: str, args: tuple[str, str] | None) -> None:
+    async def _run(
+        self,
+        live: _Live,
+        kind: str,
+        args: tuple[str, str] | None,
+        client_seq: int | None = None,
+    ) -> None:
+        """The engine's ``start``, or its answer to an input (``args``; sequenced
+        as ``client_seq``: marked handled once the answer ended)."""
         with _task_scope(live):
             try:
                 if args is None:
@@ -342,12 +377,14 @@ class EngineWork:
                     with live.session.cancellable(args[0]):
                         await self.engine.answer(live.session, *args)
             except SessionEnded:
-                pass
+                return
             except Exception:
                 logger.exception("the engine's %s failed", kind)
             finally:
                 if args is not None:
                     live.ledger.done()
+            if client_seq is not None:
+                await self._handled(live, client_seq)
 
     async def _claimed(self, live: _Live, client_event_id: str) -> bool:
         """Whether this process answers the input (always, without a store)."""
