@@ -182,6 +182,11 @@ class MemoryStore:
             entry = self._sessions.get(session_id)
             return ClientWatermark() if entry is None else entry.client_seqs
 
+    def last_client_seq(self, session_id: str) -> int:
+        """The stored watermark alone: every client event through it was handled
+        (`client_watermark` also gives the handled runs above it)."""
+        return self.client_watermark(session_id).last_client_seq
+
     def bind_identity(self, session_id: str, fingerprint: str) -> None:
         """See `SessionStore.bind_identity`."""
         with self._lock:

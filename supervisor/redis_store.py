@@ -757,6 +757,11 @@ class RedisStore:
             handled_above=parse_runs("" if runs is None else runs.decode()),
         )
 
+    def last_client_seq(self, session_id: str) -> int:
+        """The stored watermark alone: every client event through it was handled
+        (`client_watermark` also gives the handled runs above it)."""
+        return self.client_watermark(session_id).last_client_seq
+
     def ping(self) -> None:
         """Raise `StoreUnavailableError` unless Redis answers."""
         with self._reachable():

@@ -477,6 +477,21 @@ def test_the_watermark_stops_below_an_event_not_yet_handled(store: SessionStore)
     assert store.client_watermark("s") == ClientWatermark(last_client_seq=6)
 
 
+def test_last_client_seq_is_the_watermark_below_every_unhandled_event(
+    store: SessionStore,
+) -> None:
+    # Both stores keep the name the gateway answered with before the watermark
+    # had runs (`last_client_seq`): the watermark alone, runs above it left out.
+    assert isinstance(store, MemoryStore | RedisStore)
+    assert store.last_client_seq("s") == 0  # no such session
+    store.create("s", record())
+    for seq in (1, 3, 4):
+        store.record_client_seq("s", seq)
+    assert store.last_client_seq("s") == 1  # 2 is not handled yet
+    store.record_client_seq("s", 2)
+    assert store.last_client_seq("s") == 4
+
+
 def test_both_stores_mark_handled_events_as_the_pure_watermark_does(
     store: SessionStore,
 ) -> None:
