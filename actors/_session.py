@@ -412,8 +412,7 @@ class SessionActor(LoopActor):
         state = self._close_attached("replaced")
         self._announce(state, "replaced", "store")
         self._link.let_go()
-        replaced = SessionReplacedError(self.session_id)
-        self._leave("replaced", replaced)
+        self._leave("replaced", SessionReplacedError(self.session_id))
 
     # -- crashes -------------------------------------------------------------------
 
@@ -461,7 +460,7 @@ class SessionActor(LoopActor):
         retry, holding.retry = holding.retry, None
         if retry is not None:
             self._run(retry, retry=False)
-        self._holding.release(self._ready, self.on_receive)
+        holding.release(self._ready, self.on_receive)
 
     # -- passivation -----------------------------------------------------------------
 

@@ -18,7 +18,7 @@ the supervisor's turns:
 from __future__ import annotations
 
 import logging
-from typing import Any, Protocol, cast
+from typing import Protocol, cast
 
 from actors._errors import InvalidResumeTokenError, StoreError
 from actors._lifecycle import ParkedSession
@@ -26,6 +26,7 @@ from actors._mail import Call, Replaced, answer_unknown
 from actors._mailbox import InboxClosedError, SessionMailbox
 from actors._messages import AuthenticateResume, LifecycleEvent, Resume
 from actors._ownership import Renewals, StoreOwnership, Takeover
+from actors._ports import Reply
 from actors._store import parked_from_store
 from actors._supervisor_machine import SupervisorMachine, TakeOver, WaitForTakeover
 from supervisor._supervision import Adopt, Adopted, Books, LeasesRenewed
@@ -53,7 +54,7 @@ class LeasesHost(Protocol):
 
     def notify(self, event: LifecycleEvent) -> None: ...
 
-    def tell_supervisor(self, message: object, reply: Any = None) -> None: ...
+    def tell_supervisor(self, message: object, reply: Reply | None = None) -> None: ...
 
 
 class Leases:
