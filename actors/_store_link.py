@@ -173,8 +173,8 @@ class StoreLink:
         """The store answered the write in flight."""
         in_flight, self.in_flight = self.in_flight, None
         ownership = self._ownership
-        assert ownership is not None  # noqa: S101 - only a store answers
         if isinstance(in_flight, _Creating):
+            assert ownership is not None  # noqa: S101 - only a store answers a create
             if isinstance(message.error, StoreOutcomeUnknownError) and not in_flight.again:
                 # The same record again (its token digest is this create's own:
                 # the store answers a create it applied already as created),
@@ -204,6 +204,7 @@ class StoreLink:
                 # (either could contradict the store), and the session holds
                 # until the store says which.
                 self.in_flight = self._fencing = in_flight
+                assert ownership is not None  # noqa: S101 - bound: there is a store
                 ownership.fence(binding, self._fence_answered)
                 return
             else:
