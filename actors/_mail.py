@@ -1,28 +1,23 @@
-"""What a session actor and its supervisor say to each other, and what they share.
+"""What a session actor and its supervisor say to each other.
 
 The vocabulary of `actors._session`, kept apart so that module holds the
 actor itself: the mail a session's mailbox carries (a door's `Call`,
 the supervisor's `Restart`, `FailSession`, `Passivate`,
-`Shutdown`), the `CrashReport` a session sends up, and the
-context every session of a registry shares.
+`Shutdown`, the store's answers `Committed` and `Fenced`) and the
+`CrashReport` a session sends up. What every session of a registry shares
+(`SessionContext`) and the owner it reports to are `actors._session`'s.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Literal
 
-from actors._lifecycle import ParkedSession, unknown_session_answer
+from actors._lifecycle import unknown_session_answer
 from actors._mailbox import SessionMailbox
-from actors._messages import CloseCallable, Command, LifecycleEvent, SendCallable
-from actors._ports import LoopPort, Outbox, Reply
-from actors._state import Failpoints, SessionConfig
-from actors._store import Committer, SessionStore, StoredSession
-
-#: The session actor, as its owner is told about it. A type parameter, not
-#: `actors._session.SessionActor`: that module imports this one.
-ActorT_contra = TypeVar("ActorT_contra", contravariant=True)
+from actors._messages import CloseCallable, Command, SendCallable
+from actors._ports import Outbox, Reply
+from actors._store import StoredSession
 
 __all__ = [
     "NO_REPLY",
@@ -36,8 +31,6 @@ __all__ = [
     "Passivate",
     "Replaced",
     "Restart",
-    "SessionContext",
-    "SessionOwner",
     "Shutdown",
     "answer_unknown",
 ]
@@ -69,49 +62,6 @@ class CrashReport:
     state_sound: bool = True
     #: A retried internal command crashed again: restarting would loop.
     retry_crashed: bool = False
-
-
-class SessionOwner(Protocol[ActorT_contra]):
-    """The supervisor's side, as a session actor sees it."""
-
-    def actor_started(self, actor: ActorT_contra) -> None: ...
-
-    def actor_parked(self, actor: ActorT_contra, parked: ParkedSession) -> None: ...
-
-    def session_crashed(self, report: CrashReport) -> None: ...
-
-    def session_gone(self, mailbox: SessionMailbox, actor_urn: str, reason: str) -> None: ...
-
-    def call(
-        self,
-        session_id: str,
-        command: Command,
-        reply: Reply,
-        outbox: Outbox | None = None,
-        *,
-        internal: bool = False,
-    ) -> None:
-        """Route ``command`` as a front door would (a session that left: the store)."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SessionContext:
-    """What every session of one registry shares."""
-
-    registry_id: str
-    config: SessionConfig
-    clock: Callable[[], float]
-    failpoints: Failpoints
-    #: The registry's loop: callbacks go there, and every actor runs on it.
-    port: LoopPort
-    notify: Callable[[LifecycleEvent], None]
-    #: Told about the actor that holds this context (a `SessionActor`).
-    owner: SessionOwner[Any]
-    #: Where committed transitions are written (None: this process's memory only).
-    store: SessionStore | None = None
-    #: With a store that does I/O: writes the sessions' commits off the loop,
-    #: many per round trip (None: each commit is written in the session's turn).
-    committer: Committer | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -48,6 +48,7 @@ __all__ = [
     "SendEvent",
     "SendEvents",
     "SessionCreated",
+    "SessionGenerations",
     "SettleLeaseGeneration",
     "Tick",
     "TickResult",
@@ -317,6 +318,32 @@ class LifecycleEvent:
     attachment_generation: int | None = None
     lease_generation: int | None = None
     reason: str | None = None
+
+    @classmethod
+    def about(
+        cls, kind: LifecycleKind, session: SessionGenerations, reason: str | None
+    ) -> LifecycleEvent:
+        """``kind`` of ``session`` (live or parked), with its generations."""
+        return cls(
+            kind=kind,
+            session_id=session.session_id,
+            attachment_generation=session.attachment_generation,
+            lease_generation=session.lease_generation,
+            reason=reason,
+        )
+
+
+class SessionGenerations(Protocol):
+    """What a `LifecycleEvent` tells of a session: a live state's or a parked one's."""
+
+    @property
+    def session_id(self) -> str: ...
+
+    @property
+    def attachment_generation(self) -> int: ...
+
+    @property
+    def lease_generation(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

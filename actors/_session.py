@@ -3,7 +3,8 @@
 The actor is the imperative shell around `SessionState`:
 it takes one message at a time from the session's mailbox, asks the state for
 a transition, and only then releases the transition's effects (frames to the
-attachment's outbox, callbacks to the caller's loop, the reply).
+attachment's outbox, callbacks to the caller's loop, the reply:
+`actors._effects.SessionEffects`).
 
 It carries out; its supervisor decides. A handler that crashes leaves the
 state at its snapshot (the machine restores it), the caller gets
@@ -11,17 +12,17 @@ state at its snapshot (the machine restores it), the caller gets
 message, in arrival order, and reports the crash to its owner. The owner
 answers with `Restart` (run the held messages as a new incarnation)
 or `FailSession` (close the transport, answer every held message
-`SessionFailedError`, leave). Nothing here ever waits: a backoff is the
+`SessionFailedError`, leave). What it holds meanwhile is
+`actors._held.HeldMail`. Nothing here ever waits: a backoff is the
 supervisor's timer, not a wait here.
 
-Nor for a store that does I/O: a transition's commit (and a new session's
-create) goes to the registry's `Committer`, and the actor holds, as a
-suspended one does, every later message until the answer comes back as a
-`Committed` message; then it releases the effects, or undoes the transition
-on a refusal. One commit in flight per session keeps its order. A commit
-whose answer was lost (`StoreOutcomeUnknownError`) is neither: the actor
-goes on holding and has the store fence it (`Fenced`), then keeps or undoes
-it as the store says (`StoreBinding.settle`).
+Nor for a store that does I/O: a transition is released only once durable.
+The session's `actors._store_link.StoreLink` writes it (through the
+registry's `actors._ownership.StoreOwnership`, which makes every store call)
+and the actor holds, as a suspended one does, every later message until the
+store answered; then it carries the transition out, or undoes it on a
+refusal (`SessionActor.refused`: another process may have taken the session
+over, and this one lets go).
 
 The actor has no thread: it is a `LoopActor`, run in turns on its registry's
 event loop, so a create is a mailbox and a small object, and a message from
@@ -32,37 +33,28 @@ Passivation is the same split: the supervisor proposes `Passivate`;
 the actor re-checks idleness when its turn comes, and parks (state as plain
 data in the mailbox, actor stopped) only if nothing arrived.
 
-One class, longer than our other modules, on purpose: the crash, restart and
-passivation paths all read and change the same few fields (the state, the
-stash, the held messages, the outboxes) under the actor's one-message-at-a-
-time rule; the vocabulary it speaks is in `actors._mail`.
+The vocabulary it speaks is in `actors._mail`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import logging
-import secrets
-import time
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import pykka
 
 from actors._counters import SessionCounters
+from actors._effects import SessionEffects
 from actors._errors import (
     InvalidResumeTokenError,
     RegistryClosedError,
-    SessionCrashedError,
     SessionFailedError,
     SessionReplacedError,
     StoreError,
-    StoreOutcomeUnknownError,
-    StoreUnavailableError,
 )
+from actors._held import HeldMail, answer_held
 from actors._lifecycle import ParkedSession, ResumeStash
 from actors._loop_actor import LoopActor
 from actors._mail import (
@@ -72,42 +64,28 @@ from actors._mail import (
     CrashReport,
     FailSession,
     Fenced,
-    Mail,
     Opening,
     Passivate,
     Replaced,
     Restart,
-    SessionContext,
-    SessionOwner,
     Shutdown,
     answer_unknown,
 )
 from actors._mailbox import ClosableInbox, InboxClosedError, SessionMailbox
 from actors._messages import (
-    Activate,
     ActivationOutcome,
     Close,
-    Deliver,
-    EventAccepted,
+    Command,
     LifecycleEvent,
     LifecycleKind,
-    Notify,
     Resume,
-    ResumeResult,
-    RetireAttachment,
     Tick,
     TickResult,
 )
-from actors._ports import Delivery, Outbox, Reply
-from actors._state import SessionState, Transition
-from actors._store import (
-    DEFAULT_LEASE_S,
-    BatchingStore,
-    Committer,
-    SessionRecord,
-    StoreBinding,
-    StoredSession,
-)
+from actors._ownership import StoreOwnership
+from actors._ports import LoopPort, Outbox, Reply
+from actors._state import Failpoints, SessionConfig, SessionState, Transition
+from actors._store_link import StoreLink
 
 __all__ = [
     "Call",
@@ -132,18 +110,46 @@ logger = logging.getLogger("duplex_supervisor.actors")
 # Tuples, not ``A | B``: a union is a new object per isinstance call, and
 # these run per command.
 _NOT_ACTIVITY = (Tick, ActivationOutcome)
-_DELIVERIES = (Deliver, Activate)
+
+
+class SessionOwner(Protocol):
+    """The supervisor's side, as a session actor sees it."""
+
+    def actor_started(self, actor: SessionActor) -> None: ...
+
+    def actor_parked(self, actor: SessionActor, parked: ParkedSession) -> None: ...
+
+    def session_crashed(self, report: CrashReport) -> None: ...
+
+    def session_gone(self, mailbox: SessionMailbox, actor_urn: str, reason: str) -> None: ...
+
+    def call(
+        self,
+        session_id: str,
+        command: Command,
+        reply: Reply,
+        outbox: Outbox | None = None,
+        *,
+        internal: bool = False,
+    ) -> None:
+        """Route ``command`` as a front door would (a session that left: the store)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class _Creating:
-    """A new session whose create the store has not answered yet."""
+class SessionContext:
+    """What every session of one registry shares."""
 
-    state: SessionState = field(repr=False)
-    created: Transition = field(repr=False)
-    record: SessionRecord = field(repr=False)
-    #: Its first answer was lost: sent again until the store answers.
-    again: bool = False
+    registry_id: str
+    config: SessionConfig
+    clock: Callable[[], float]
+    failpoints: Failpoints
+    #: The registry's loop: callbacks go there, and every actor runs on it.
+    port: LoopPort
+    notify: Callable[[LifecycleEvent], None]
+    owner: SessionOwner
+    #: Where committed transitions are written, and how (None: this process's
+    #: memory only).
+    ownership: StoreOwnership | None = None
 
 
 class SessionActor(LoopActor):
@@ -162,37 +168,26 @@ class SessionActor(LoopActor):
         super().__init__()
         self.session_id = mailbox.session_id
         self.mailbox = mailbox
-        self.registry_id = context.registry_id
         self.counters = SessionCounters(attached=opening is not None)
         self._context = context
         self._opening = opening
         self._parked = parked
         self._state: SessionState | None = None
-        # With a store: this session's epoch and last write (None: memory only).
-        self._binding: StoreBinding | None = None
-        # Invariant: keys are attachment generations the state may still
-        # deliver to; the current attachment's outbox is always here.
-        self._outboxes: dict[int, Outbox] = {1: opening.outbox} if opening else {}
+        self._link = StoreLink(context.ownership, mailbox, self)
+        self._effects = SessionEffects(
+            mailbox=mailbox,
+            port=context.port,
+            notify=context.notify,
+            first=opening.outbox if opening else None,
+        )
         self._stash: ResumeStash[Call] = ResumeStash()
-        # Messages held for the supervisor's decision while suspended (made on
-        # the first crash: most sessions never need its ~600 bytes).
-        self._held: deque[Mail] | None = None
-        self._suspended = False
-        # A transition whose commit the committer has not answered yet (or the
-        # session's create in the store): its effects and reply wait, and so
-        # does every later message (held).
-        self._in_flight: tuple[Call, Transition] | _Creating | None = None
-        # The commit in flight whose answer was lost, while the store fences it.
-        self._fencing: tuple[Call, Transition] | None = None
-        # An internal command that crashed once: run again first on Restart.
-        self._retry: Call | None = None
+        self._holding = HeldMail()
         # When the last command other than a tick was handled (passivation's idleness).
         self._last_active = context.clock()
         #: Since when this session could be parked (None: not now). Written by
         #: the actor after each command; the supervisor reads it as a hint for
         #: whom to propose parking to (the actor checks again itself).
         self.parkable_since: float | None = None
-        self.incarnation = 0
         self._gone = False
         self._closing_reason = "closed"
 
@@ -225,76 +220,24 @@ class SessionActor(LoopActor):
                 failpoints=self._context.failpoints,
             )
         except BaseException as exc:  # noqa: BLE001 - the caller gets it, the actor ends
-            failure = exc
-            opening.reply.fail(failure)
-            self._leave("create_failed", answer=lambda call: call.reply.fail(failure))
+            self.create_failed(exc)
             return
-        store, committer = self._context.store, self._context.committer
-        if store is not None and committer is not None:
-            # Created in the store off the loop; everything waits for the answer.
-            record = state.store_record(time.time() - self._context.clock())
-            self._in_flight = _Creating(state=state, created=created, record=record)
-            self._create(record)
-            return
-        if store is not None:
-            try:
-                self._bind(state, epoch=None)
-            except BaseException as exc:  # noqa: BLE001 - a duplicate id, Redis down: caller's
-                self._create_failed(exc)
-                return
-        self._opened(state, created)
+        self._link.open(state, created)
 
-    def _opened(self, state: SessionState, created: Transition) -> None:
+    def opened(self, state: SessionState, created: Transition) -> None:
+        """The new session is stored (or needs no store): it goes live."""
         opening = self._opening
         assert opening is not None  # noqa: S101
         self._state = state
         self._opening = None
-        self._release(created, opening.reply)
+        self._effects.release(created, opening.reply)
 
-    def _create_failed(self, failure: BaseException) -> None:
+    def create_failed(self, failure: BaseException) -> None:
+        """The store refused the new session: the caller hears why; it leaves."""
         opening = self._opening
         assert opening is not None  # noqa: S101
         opening.reply.fail(failure)
-        self._leave("create_failed", answer=lambda call: call.reply.fail(failure))
-
-    def _create(self, record: SessionRecord, *, retry_for_s: float = 0.0) -> None:
-        store, committer = self._context.store, self._context.committer
-        assert store is not None and committer is not None  # noqa: S101
-        create = functools.partial(store.create, self.session_id, record)
-        committer.call(create, self._create_answered, what="create", retry_for_s=retry_for_s)
-
-    def _lease_s(self) -> float:
-        """How long the store keeps this owner's lease without a write."""
-        return float(getattr(self._context.store, "lease_s", DEFAULT_LEASE_S))
-
-    def _create_answered(self, epoch: object, error: BaseException | None) -> None:
-        """Called on the loop by the committer: the store's create, as a message."""
-        with contextlib.suppress(InboxClosedError):
-            self._mailbox.tell(
-                Committed(error=error, epoch=epoch if isinstance(epoch, int) else None)
-            )
-
-    def _bind(self, state: SessionState, *, epoch: int | None) -> None:
-        """Link the session to the store: create it there (``epoch`` None), or
-        take the epoch the supervisor's takeover (or an earlier actor) holds."""
-        record = state.store_record(time.time() - self._context.clock())
-        if epoch is None:
-            store = self._context.store
-            assert store is not None  # noqa: S101
-            epoch = store.create(self.session_id, record)
-        self._bound(epoch, record)
-
-    def _bound(self, epoch: int, record: SessionRecord) -> None:
-        store = self._context.store
-        assert store is not None  # noqa: S101
-        self._mailbox.store_epoch = epoch
-        self._binding = StoreBinding(
-            store=store,
-            session_id=self.session_id,
-            epoch=epoch,
-            record=record,
-            clock=self._context.clock,
-        )
+        self._leave("create_failed", failure)
 
     def _reactivate(self, parked: ParkedSession) -> None:
         context = self._context
@@ -322,8 +265,7 @@ class SessionActor(LoopActor):
             )
             return
         self._state = state
-        if context.store is not None and self._mailbox.store_epoch is not None:
-            self._bind(state, epoch=self._mailbox.store_epoch)
+        self._link.rebind(state)
         self.counters.bytes_retained = state.journal.retained_bytes
         self.parkable_since = state.idle_since(self._last_active)
         self._announce(state, "reactivated", "message")
@@ -332,34 +274,26 @@ class SessionActor(LoopActor):
         if self._gone:
             return None
         if isinstance(message, Committed):
-            self._on_committed(message)
+            self._link.committed(message)
         elif isinstance(message, Fenced):
-            self._on_fenced(message)
-        elif isinstance(message, Shutdown) and self._waiting_out_an_outage():
+            self._link.fenced(message)
+        elif isinstance(message, Shutdown) and self._link.waiting_out_an_outage():
             self._abandon_unknown_write(message)
-        elif self._in_flight is not None:
-            if self._held is None:
-                self._held = deque()
-            self._held.append(message)
+        elif self._link.in_flight is not None:
+            self._holding.hold(message)
         elif isinstance(message, Shutdown):
             self._on_shutdown(message)
         elif isinstance(message, Restart):
             self._on_restart()
         elif isinstance(message, FailSession):
             self._fail(message.reason)
-        elif self._suspended:
-            if self._held is None:
-                self._held = deque()
-            self._held.append(message)
+        elif self._holding.suspended:
+            self._holding.hold(message)
         elif isinstance(message, Call):
             self._on_call(message)
         elif isinstance(message, Passivate):
             self._on_passivate(message)
-        elif (
-            isinstance(message, Replaced)
-            and self._binding is not None
-            and self._binding.epoch == message.epoch
-        ):
+        elif isinstance(message, Replaced) and self._link.holds(message.epoch):
             self._replaced()
         return None
 
@@ -385,7 +319,7 @@ class SessionActor(LoopActor):
 
     def _ready(self) -> bool:
         """Whether the next message may run now (not gone, suspended or committing)."""
-        return not self._gone and not self._suspended and self._in_flight is None
+        return not self._gone and not self._holding.suspended and self._link.in_flight is None
 
     def _run(self, call: Call, *, retry: bool = True) -> None:
         state = self._state
@@ -396,21 +330,17 @@ class SessionActor(LoopActor):
         except BaseException as exc:  # noqa: BLE001 - a crash, never the actor's end
             self._crashed(call, exc, retry=retry)
             return
-        if self._binding is not None and transition.error is None:
-            committer = self._context.committer
-            if committer is not None:
-                self._commit_later(committer, call, transition)
-                return
-            if not self._persist(call):
-                return
-        self._carry_out(call, transition)
+        if self._link.binding is not None and transition.error is None:
+            self._link.write(call, transition, state)
+            return
+        self.carry_out(call, transition)
 
-    def _carry_out(self, call: Call, transition: Transition) -> None:
+    def carry_out(self, call: Call, transition: Transition) -> None:
         """The rest of `_run`, once the transition is durable (or needs no write)."""
         state = self._state
         assert state is not None  # noqa: S101
         command = call.command
-        if isinstance(transition.error, InvalidResumeTokenError) and self._taken_over():
+        if isinstance(transition.error, InvalidResumeTokenError) and self._link.taken_over():
             # The token may be one another process issued when it took this
             # session over, which this process, not having written since,
             # never heard of: let go, and route the resume again, to be taken
@@ -425,30 +355,14 @@ class SessionActor(LoopActor):
         self.counters.attached = state.attachment is not None
         self.counters.bytes_retained = state.journal.retained_bytes
         self.parkable_since = state.idle_since(self._last_active)
-        self._release(transition, call.reply, call.outbox)
+        self._effects.release(transition, call.reply, call.outbox)
         if isinstance(command, Close):
-            self._forget_stored()
+            self._link.forget()
             self._leave(self._closing_reason)
         elif isinstance(transition.reply, TickResult) and transition.reply.expired:
             self._expire()
 
-    def _persist(self, call: Call) -> bool:
-        """Write the committed transition through the store; on a refusal undo it.
-
-        ``False``: the call was answered with the store's error and nothing
-        of it was released. A refused epoch means another process owns the
-        session now: this one closes its transport (``replaced``) and leaves.
-        """
-        state, binding = self._state, self._binding
-        assert state is not None and binding is not None  # noqa: S101
-        try:
-            binding.commit(state)
-        except BaseException as exc:  # noqa: BLE001 - sorted out by _refused
-            self._refused(call, exc)
-            return False
-        return True
-
-    def _refused(self, call: Call, exc: BaseException) -> None:
+    def refused(self, call: Call, exc: BaseException) -> None:
         """The store refused the transition's commit: undo it and answer why."""
         state = self._state
         assert state is not None  # noqa: S101
@@ -457,7 +371,7 @@ class SessionActor(LoopActor):
             # The client proved a token this process knows, and another took
             # the lease by proving the same token without writing since (its
             # connection ended before its resume): a takeover to make here,
-            # as for a token this process never heard of (`_carry_out`).
+            # as for a token this process never heard of (`carry_out`).
             self._route_again(call)
         elif isinstance(exc, SessionReplacedError):
             call.reply.fail(exc)
@@ -467,135 +381,23 @@ class SessionActor(LoopActor):
         else:  # a bug in a store: a crash of this call
             self._crashed(call, exc, retry=False)
 
-    def _commit_later(self, committer: Committer, call: Call, transition: Transition) -> None:
-        """Hand the transition's commit to the committer; hold everything until
-        its answer (`Committed`), so nothing of it is released before it is
-        durable and this session's commits stay in order."""
-        state, binding = self._state, self._binding
-        assert state is not None and binding is not None  # noqa: S101
-        try:
-            commit = binding.prepare(state)
-        except BaseException as exc:  # noqa: BLE001 - a bug: a crash of this call
-            self._refused(call, exc)
-            return
-        if commit is None:
-            self._carry_out(call, transition)
-            return
-        self._in_flight = (call, transition)
-        committer.submit(commit, self._commit_answered)
-
-    def _commit_answered(self, error: BaseException | None) -> None:
-        """Called on the loop by the committer: the answer, as a message."""
-        # A session already gone (a shutdown that could not wait) has nothing to undo.
-        with contextlib.suppress(InboxClosedError):
-            self._mailbox.tell(Committed(error=error))
-
-    def _on_committed(self, message: Committed) -> None:
-        in_flight, self._in_flight = self._in_flight, None
-        if isinstance(in_flight, _Creating):
-            if isinstance(message.error, StoreOutcomeUnknownError) and not in_flight.again:
-                # The same record again (its token digest is this create's own:
-                # the store answers a create it applied already as created),
-                # until the store answers or the lease passed.
-                self._in_flight = replace(in_flight, again=True)
-                self._create(in_flight.record, retry_for_s=self._lease_s())
-                return
-            if message.error is not None or message.epoch is None:
-                self._create_failed(message.error or RuntimeError("the store gave no epoch"))
-                return
-            self._bound(message.epoch, in_flight.record)
-            self._opened(in_flight.state, in_flight.created)
-        elif in_flight is not None:
-            call, transition = in_flight
-            binding = self._binding
-            assert binding is not None  # noqa: S101 - only _replaced clears it, never in flight
-            if message.error is None:
-                binding.confirm()
-                self._carry_out(call, transition)
-            elif isinstance(message.error, StoreOutcomeUnknownError):
-                # Applied or not, nobody knows: neither released nor undone
-                # (either could contradict the store), and the session holds
-                # until the store says which.
-                self._in_flight = self._fencing = in_flight
-                self._fence(binding)
-                return
-            else:
-                self._refused(call, message.error)
-        self._go_on()
-
-    def _go_on(self) -> None:
-        """A commit in flight was answered: run what waited for it."""
+    def go_on(self) -> None:
+        """A write in flight was answered: run what waited for it."""
         if self._gone:
             return
         self._run_stashed()
-        while self._held and self._ready():
-            self.on_receive(self._held.popleft())
-
-    def _fence(self, binding: StoreBinding) -> None:
-        """Ask the store to fence the commit in doubt and say whether it was
-        applied (`StoreBinding.settle`), trying again while it is away, up to
-        the store's lease: past it this owner cannot keep the session anyway."""
-        committer, store = self._context.committer, binding.store
-        assert committer is not None and isinstance(store, BatchingStore)  # noqa: S101
-        fence = functools.partial(store.fence, self.session_id, binding.epoch, secrets.token_hex(8))
-
-        def answer(stored: object, error: BaseException | None) -> None:
-            fenced = stored if isinstance(stored, StoredSession) else None
-            with contextlib.suppress(InboxClosedError):
-                self._mailbox.tell(Fenced(stored=fenced, error=error))
-
-        what = f"session {self.session_id}: fence"
-        committer.call(fence, answer, what=what, retry_for_s=self._lease_s())
-
-    def _waiting_out_an_outage(self) -> bool:
-        """Whether a write whose answer was lost is being tried until the store answers."""
-        creating = self._in_flight
-        return self._fencing is not None or (isinstance(creating, _Creating) and creating.again)
+        self._holding.release(self._ready, self.on_receive)
 
     def _abandon_unknown_write(self, message: Shutdown) -> None:
         """A shutdown does not wait out an outage: the write stays as the store
         has it, and its answer (later) finds this actor gone."""
         closed = RegistryClosedError("the session registry was shut down")
-        if self._fencing is not None:
-            self._fencing[0].reply.fail(closed)
+        call = self._link.abandon()
+        if call is not None:
+            call.reply.fail(closed)
         elif self._opening is not None:
             self._opening.reply.fail(closed)
-        self._in_flight = self._fencing = None
         self._on_shutdown(message)
-
-    def _on_fenced(self, message: Fenced) -> None:
-        fencing, self._fencing = self._fencing, None
-        binding = self._binding
-        if fencing is None or binding is None:
-            return  # nothing in doubt (cannot happen: one fence per commit in flight)
-        self._in_flight = None
-        call, transition = fencing
-        if message.stored is not None:
-            self._mailbox.store_epoch = message.stored.epoch
-            if binding.settle(message.stored):
-                self._carry_out(call, transition)  # applied: its effects go out once
-            else:
-                self._refused(call, StoreUnavailableError("the store did not apply the write"))
-        elif isinstance(message.error, StoreUnavailableError):
-            logger.warning(
-                "session %s: a write's outcome stayed unknown past the store's lease; "
-                "letting go (the stored copy stands, a resume takes it over)",
-                self.session_id,
-            )
-            self._refused(call, SessionReplacedError(self.session_id))
-        else:
-            self._refused(call, message.error or RuntimeError("a fence gave nothing"))
-        self._go_on()
-
-    def _taken_over(self) -> bool:
-        """Whether the store says another process owns this session now."""
-        binding = self._binding
-        if binding is None:
-            return False
-        try:
-            return not binding.store.renew(self.session_id, binding.epoch)
-        except StoreError:
-            return False  # the store cannot say: answer as this process knows it
 
     def _route_again(self, call: Call) -> None:
         """Another process holds the session: let go of it here and hand ``call``
@@ -609,60 +411,10 @@ class SessionActor(LoopActor):
         """Another process took this session over: let go of it here."""
         state = self._close_attached("replaced")
         self._announce(state, "replaced", "store")
-        self._binding = None
-        replaced = SessionReplacedError(self.session_id)
-        self._leave("replaced", answer=lambda call: call.reply.fail(replaced))
-
-    def _release(
-        self, transition: Transition, reply: Reply, new_outbox: Outbox | None = None
-    ) -> None:
-        """Carry out a committed transition's effects, then answer the caller."""
-        if transition.error is not None:
-            reply.fail(transition.error)
-            return
-        if isinstance(transition.reply, ResumeResult) and new_outbox is not None:
-            self._outboxes[transition.reply.attachment_generation] = new_outbox
-        answered = False
-        for effect in transition.effects:
-            if isinstance(effect, EventAccepted):
-                self._context.port.submit(effect.callback)
-            elif isinstance(effect, _DELIVERIES):
-                answered |= self._post(effect, reply, transition.reply)
-            elif isinstance(effect, RetireAttachment):
-                outbox = self._outboxes.pop(effect.attachment_generation, None)
-                if outbox is not None:
-                    outbox.retire(effect.reason)
-            elif isinstance(effect, Notify):
-                self._context.notify(effect.event)
-        if not answered:
-            reply.resolve(transition.reply)
-
-    def _post(self, effect: Deliver | Activate, reply: Reply, value: object) -> bool:
-        outbox = self._outboxes.get(effect.attachment_generation)
-        if outbox is None:
-            return False
-        if isinstance(effect, Activate):
-            outbox.post(Delivery(effect=effect, reply=reply, value=value, report=self._report))
-            return True
-        if effect.awaited:
-            outbox.post(Delivery(effect=effect, reply=reply, value=value))
-            return True
-        outbox.post(Delivery(effect=effect))
-        return False
-
-    def _report(self, outcome: ActivationOutcome) -> None:
-        """Called on the outbox's loop: hand the outcome back as a message."""
-        # A session already gone has nothing left to roll back.
-        with contextlib.suppress(InboxClosedError):
-            self._mailbox.tell(Call(command=outcome, reply=NO_REPLY, internal=True))
+        self._link.let_go()
+        self._leave("replaced", SessionReplacedError(self.session_id))
 
     # -- crashes -------------------------------------------------------------------
-
-    def _crash_error(self, call: Call, exc: BaseException) -> SessionCrashedError:
-        name = type(call.command).__name__
-        error = SessionCrashedError(f"session {self.session_id} crashed handling {name}")
-        error.__cause__ = exc
-        return error
 
     def _crashed(self, call: Call, exc: BaseException, *, retry: bool) -> None:
         """Answer the caller, suspend, and let the supervisor decide."""
@@ -674,12 +426,7 @@ class SessionActor(LoopActor):
             type(call.command).__name__,
             type(exc).__name__,
         )
-        # A command retried after this crash answers its waiter with the
-        # retry's outcome, not with this crash.
-        if call.internal and retry:
-            self._retry = call
-        else:
-            call.reply.fail(self._crash_error(call, exc))
+        self._holding.suspend(self.session_id, call, exc, retry=retry)
         state = self._state
         assert state is not None  # noqa: S101
         try:
@@ -689,7 +436,6 @@ class SessionActor(LoopActor):
             sound = False
         else:
             sound = True
-        self._suspended = True
         self._context.owner.session_crashed(
             CrashReport(
                 session_id=self.session_id,
@@ -703,19 +449,18 @@ class SessionActor(LoopActor):
         )
 
     def _on_restart(self) -> None:
-        if not self._suspended:
+        holding = self._holding
+        if not holding.suspended:
             return
         state = self._state
         assert state is not None  # noqa: S101
-        self._suspended = False
-        self.incarnation += 1
+        holding.suspended = False
         self.counters.restarts += 1
         self._announce(state, "restarted", "crash")
-        retry, self._retry = self._retry, None
+        retry, holding.retry = holding.retry, None
         if retry is not None:
             self._run(retry, retry=False)
-        while self._held and self._ready():
-            self.on_receive(self._held.popleft())
+        holding.release(self._ready, self.on_receive)
 
     # -- passivation -----------------------------------------------------------------
 
@@ -751,22 +496,12 @@ class SessionActor(LoopActor):
             return
         self._gone = True
         pykka.ActorRegistry.unregister(self.actor_ref)
-        for outbox in self._outboxes.values():
-            outbox.retire("parked")
-        self._outboxes.clear()
+        self._effects.retire_all("parked")
 
     # -- endings ------------------------------------------------------------------
 
     def _announce(self, state: SessionState, kind: LifecycleKind, reason: str) -> None:
-        self._context.notify(
-            LifecycleEvent(
-                kind=kind,
-                session_id=self.session_id,
-                attachment_generation=state.attachment_generation,
-                lease_generation=state.lease_generation,
-                reason=reason,
-            )
-        )
+        self._context.notify(LifecycleEvent.about(kind, state, reason))
 
     def _close_attached(self, reason: str) -> SessionState:
         """Close the attached transport (if any) with ``reason``; the state."""
@@ -774,16 +509,14 @@ class SessionActor(LoopActor):
         assert state is not None  # noqa: S101
         attachment = state.attachment
         if attachment is not None:
-            outbox = self._outboxes.pop(attachment.generation, None)
-            if outbox is not None:
-                outbox.close_transport(reason)
+            self._effects.close_transport(attachment.generation, reason)
         return state
 
     def _fail(self, reason: str) -> None:
         state = self._close_attached(reason)
         self._announce(state, "failed", reason)
         failure = SessionFailedError(f"session {self.session_id} failed and was closed")
-        self._leave("failed", answer=lambda call: call.reply.fail(failure))
+        self._leave("failed", failure)
 
     def _expire(self) -> None:
         state = self._state
@@ -794,52 +527,24 @@ class SessionActor(LoopActor):
 
     def _on_shutdown(self, message: Shutdown) -> None:
         closed = RegistryClosedError("the session registry was shut down")
-        self._leave("shutdown", answer=lambda call: call.reply.fail(closed))
+        self._leave("shutdown", closed)
         if message.reply is not None:
             message.reply.resolve(None)
 
-    def _leave(self, reason: str, answer: Callable[[Call], None] | None = None) -> None:
+    def _leave(self, reason: str, failure: BaseException | None = None) -> None:
         """Stop taking calls; answer every one still held; tell the owner; stop."""
         self._gone = True
-        for outbox in self._outboxes.values():
-            outbox.retire(reason)
-        self._outboxes.clear()
-        held: list[Any] = []
-        if self._retry is not None:
-            held.append(self._retry)
-            self._retry = None
+        self._effects.retire_all(reason)
+        holding = self._holding
+        retry, holding.retry = holding.retry, None
+        held: list[Any] = [] if retry is None else [retry]
         held += self._stash.drain()
-        if self._held:
-            held += self._held
-            self._held.clear()
+        held += holding.drain()
         held += self._mailbox.close()
-        for mail in held:
-            if isinstance(mail, Call):
-                if answer is not None:
-                    answer(mail)
-                else:
-                    answer_unknown(mail.reply, mail.command, self.session_id)
-            elif isinstance(mail, Shutdown) and mail.reply is not None:
-                mail.reply.resolve(None)
+        answer_held(held, self.session_id, failure)
         self.counters.attached = False
         self._context.owner.session_gone(self._mailbox, self.actor_urn, reason)
         self._stop_quietly()
-
-    def _forget_stored(self) -> None:
-        """A closed session leaves the store too (if this process still owns it)."""
-        binding, self._binding = self._binding, None
-        if binding is None:
-            return
-        committer = self._context.committer
-        if committer is not None:  # off the loop, after this session's last commit
-            delete = functools.partial(binding.store.delete, self.session_id, binding.epoch)
-            committer.call(delete, None, what=f"session {self.session_id}: store delete")
-            return
-        try:
-            binding.store.delete(self.session_id, binding.epoch)
-        except StoreError as exc:
-            # Its keys expire by themselves (the store's key TTL).
-            logger.warning("session %s: store delete failed (%s)", self.session_id, exc)
 
     def _stop_quietly(self) -> None:
         """Stop this actor now, without touching the mailbox (pykka's stop would queue)."""

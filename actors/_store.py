@@ -392,9 +392,10 @@ class Checkpointable(Protocol):
 class StoreBinding:
     """One live session's link to the store: its epoch and what was last written.
 
-    Used by the session actor only. `commit` writes what a transition changed
-    (nothing, when it changed nothing persisted); `prepare` and `confirm` are
-    the same write in two steps, for a commit answered later (`Committer`).
+    Used by a session's `actors._store_link.StoreLink` only. `commit` writes
+    what a transition changed (nothing, when it changed nothing persisted);
+    `prepare` and `confirm` are the same write in two steps, for a commit
+    answered later (`Committer`).
     """
 
     __slots__ = (

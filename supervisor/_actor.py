@@ -15,7 +15,10 @@ this module carries out); session actors carry out:
   applies `RestartPolicy`: restart now, restart when
   a backoff timer of its own fires, or close the session; past the
   registry-wide limit it escalates (the registry is reported unhealthy and
-  crashing sessions are closed).
+  crashing sessions are closed). Carried out by `supervisor._restarts`.
+* **The store.** With a store, a resume for a session this process does not
+  hold takes it over from there, and each sweep renews this process's
+  leases (`supervisor._leases`).
 * **Passivation.** On each sweep the supervisor proposes parking to detached
   sessions; a parked session's next message wakes the supervisor, which starts
   a new actor from the parked data. A sweep prunes and expires parked
@@ -33,23 +36,18 @@ successor: none is dropped, however many supervisors die in a row.
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import threading
-import time
 import uuid
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 import pykka
 
 from actors._errors import (
     DuplicateSessionError,
-    InvalidResumeTokenError,
     RegistryClosedError,
     SessionCrashedError,
-    SessionFailedError,
-    StoreError,
 )
 from actors._lifecycle import ParkedSession
 from actors._loop_actor import LoopActor, enter_loop_thread, leave_loop_thread
@@ -59,20 +57,17 @@ from actors._messages import (
     CloseCallable,
     Command,
     LifecycleEvent,
-    LifecycleKind,
     Resume,
     SendCallable,
     Tick,
 )
+from actors._ownership import StoreOwnership
 from actors._ports import LoopPort, Outbox, Reply
 from actors._session import (
     Call,
     CrashReport,
-    FailSession,
     Opening,
     Passivate,
-    Replaced,
-    Restart,
     SessionActor,
     SessionContext,
     Shutdown,
@@ -82,27 +77,18 @@ from actors._state import NO_FAILPOINTS, SessionConfig
 from actors._store import (
     BatchingStore,
     SessionStore,
-    StoredSession,
-    parked_from_store,
-    proves_token,
 )
 from actors._supervisor_machine import (
     AnswerClosed,
-    CloseParked,
-    Escalate,
     ExpireParked,
-    FailSuspended,
     PruneParked,
-    Recover,
-    RestartAfter,
-    RestartNow,
     SupervisorMachine,
-    TakeOver,
-    WaitForTakeover,
 )
 from supervisor._committer import StoreCommitter
 from supervisor._faults import FaultPlan
+from supervisor._leases import Leases
 from supervisor._policy import RestartPolicy
+from supervisor._restarts import Restarts, answer_closed
 from supervisor._supervision import (
     MESSAGES,
     Adopt,
@@ -167,15 +153,19 @@ class SupervisorActor(LoopActor):
         return None
 
 
-def _take_over(
-    store: SessionStore, session_id: str, resume_token: str
-) -> tuple[StoredSession | None, StoredSession | None]:
-    """The store's side of a takeover: the session's fields (``None``: not
-    stored), and the session taken over (``None``: the token proves nothing)."""
-    stored = store.load(session_id, events=False)  # the acquire reads them
-    digest = None if stored is None else proves_token(stored, resume_token)
-    taken = None if digest is None else store.acquire(session_id, digest)
-    return stored, taken
+def _persistence(
+    store: SessionStore | None, port: LoopPort, clock: Callable[[], float], registry_id: str
+) -> tuple[StoreCommitter | None, StoreOwnership | None]:
+    """A registry's committer (a store that does I/O only) and its `StoreOwnership`."""
+    if store is None:
+        return None, None
+    committer = (
+        StoreCommitter(store, port, name=registry_id) if isinstance(store, BatchingStore) else None
+    )
+    ownership = StoreOwnership(
+        store=store, committer=committer, clock=clock, registry_id=registry_id
+    )
+    return committer, ownership
 
 
 class _CountDown:
@@ -232,9 +222,10 @@ class SessionSystem:
     is live, suspended, parked or woken, so parking and restarting never
     write there: only create, close and departure do.
 
-    Longer than our ~400 lines for now: the store's side (takeover, delete,
-    lease renewal, ~130 lines) is to move to the module that owns what a
-    session persists (issue #24, item 2).
+    Its collaborators carry out the rest: ``restarts`` the crash and health
+    decisions (`supervisor._restarts`), ``leases`` the store's side
+    (takeovers, lease renewals: `supervisor._leases`, through
+    `actors._ownership.StoreOwnership`).
     """
 
     def __init__(
@@ -261,12 +252,10 @@ class SessionSystem:
         #: The registry's loop: its callbacks, and every actor's turns.
         self.port = port
         self._observer = observer
+        #: Where sessions persist beyond this process (None: memory only).
+        self.store = store
         #: Writes the sessions' commits off the loop (a store that does I/O only).
-        self.committer = (
-            StoreCommitter(store, port, name=self.registry_id)
-            if isinstance(store, BatchingStore)
-            else None
-        )
+        self.committer, ownership = _persistence(store, port, self.clock, self.registry_id)
         self._context = SessionContext(
             registry_id=self.registry_id,
             config=config,
@@ -275,12 +264,11 @@ class SessionSystem:
             port=port,
             notify=self.notify,
             owner=self,
-            store=store,
-            committer=self.committer,
+            ownership=ownership,
         )
-        #: Where sessions persist beyond this process (None: memory only).
-        self.store = store
         self._routes: dict[str, SessionMailbox] = {}  # the routing table (see the class)
+        #: Takeovers from the store and this process's leases (None: no store).
+        self.leases: Leases | None = None if ownership is None else Leases(self, ownership)
         #: What the supervisor decides, and the books it decides by: only its turns call it.
         self.machine = SupervisorMachine[Call](
             limits=self.policy,
@@ -290,9 +278,8 @@ class SessionSystem:
         )
         self.timers = Timers(self.clock)
         self.books = Books()
+        self.restarts: Restarts = Restarts(self)
         self._parked_due = ParkedDeadlines()
-        # A sweep's renewals are with the committer (its answer not back yet).
-        self._renewing = False
         self._takeover_lock = threading.Lock()
         # Built on the loop it will run on: a blocking future's get() there
         # raises instead of waiting on itself (actors._loop_actor.LoopFuture).
@@ -376,6 +363,11 @@ class SessionSystem:
         if self.timers.due():
             self.tell_supervisor(PollTimers())
 
+    @property
+    def routes(self) -> dict[str, SessionMailbox]:
+        """The routing table (see the class): only the supervisor's turns write it."""
+        return self._routes
+
     def knows(self, session_id: str) -> bool:
         return session_id in self._routes
 
@@ -407,9 +399,9 @@ class SessionSystem:
 
     def actor_parked(self, actor: SessionActor, parked: ParkedSession) -> None:
         self.books.actor_parked(actor, parked)
-        self._file_parked(actor.mailbox, parked)
+        self.file_parked(actor.mailbox, parked)
 
-    def _file_parked(self, mailbox: SessionMailbox, parked: ParkedSession) -> None:
+    def file_parked(self, mailbox: SessionMailbox, parked: ParkedSession) -> None:
         config = self.config
         due = parked.sweep_due(config.disconnect_grace_s, config.replay_ttl_s)
         self._parked_due.file(due, mailbox, parked)
@@ -461,10 +453,10 @@ class SessionSystem:
         message.answer.fail(message.error)
 
     def _forget(self, message: Gone) -> None:
-        self._unroute(message.mailbox)
+        self.unroute(message.mailbox)
         self.books.retire(message.actor_urn, message.reason)
 
-    def _unroute(self, mailbox: SessionMailbox) -> None:
+    def unroute(self, mailbox: SessionMailbox) -> None:
         """A session left: out of the table (unless its id is someone else's now)."""
         if self._routes.get(mailbox.session_id) is mailbox:
             del self._routes[mailbox.session_id]
@@ -485,20 +477,21 @@ class SessionSystem:
                 park = self.machine.park(now, actor.parkable_since)
                 if park is not None:
                     actor.mailbox.tell_if_live(Passivate(now=park.now, after_s=park.after_s))
-        if self.store is not None:
-            self._renew_leases()
-        self._judge_health(now)
+        if self.leases is not None:
+            self.leases.renew()
+        self.restarts.judge_health(now)
 
     def _sweep_parked(self, mailbox: SessionMailbox, parked: ParkedSession, now: float) -> None:
         decision = self.machine.parked_due(parked, now)
         if isinstance(decision, ExpireParked):
             if mailbox.close_if_parked():
                 # What a live session's expiry tells: "expired", then "closed".
-                self._unroute(mailbox)
+                self.unroute(mailbox)
                 self.books.parked_left(parked, reason="expired")
-                self._forget_stored(mailbox)
-                self._notify_parked(parked, "expired", "disconnect_grace")
-                self._notify_parked(parked, "closed", None)
+                if self.leases is not None:
+                    self.leases.forget(mailbox)
+                self.notify(LifecycleEvent.about("expired", parked, "disconnect_grace"))
+                self.notify(LifecycleEvent.about("closed", parked, None))
             return  # closed, or being woken (its next park files it anew)
         if isinstance(decision, PruneParked) and mailbox.replace_parked(decision.pruned):
             self.books.parked_pruned(parked, decision.pruned)
@@ -506,7 +499,7 @@ class SessionSystem:
         if mailbox.phase == MailboxPhase.PARKED and mailbox.parked is parked:
             # Due again later (or at the next sweep, where a float's rounding
             # kept a check just short of its due time).
-            self._file_parked(mailbox, parked)
+            self.file_parked(mailbox, parked)
 
     def _stop_sessions(self, message: Stop) -> None:
         self.machine.stop()
@@ -518,7 +511,7 @@ class SessionSystem:
             parked = mailbox.take_parked()
             if parked is not None:
                 self.books.parked_left(parked, reason="shutdown")
-                self._answer_closed(mailbox)
+                answer_closed(mailbox)
                 countdown.resolve(None)
                 continue
             try:
@@ -526,247 +519,16 @@ class SessionSystem:
             except InboxClosedError:
                 countdown.resolve(None)
 
-    def _activate(self, message: Wake) -> None:
+    def activate(self, message: Wake) -> None:
         mailbox = message.mailbox
         parked = mailbox.take_parked()
         if parked is None:
             return
         self.books.parked_woken(parked)
         if isinstance(self.machine.wake(), AnswerClosed):
-            self._answer_closed(mailbox)
+            answer_closed(mailbox)
             return
         SessionActor.start(mailbox=mailbox, context=self._context, parked=parked)
-
-    def _adopt(self, message: Adopt) -> None:
-        """Take a session over from the store for a resume that proves its token.
-
-        The token is checked against the stored digest first, so a wrong
-        token never ends the owner's lease; the takeover itself is the
-        store's compare-and-set on that digest, with a new epoch that fences
-        the old owner. The session arrives parked; the resume wakes it.
-        """
-        call = message.call
-        session_id = message.session_id
-        routed = self._routes.get(session_id) is not None
-        decision = self.machine.adopt(session_id, call, routed=routed)
-        if isinstance(decision, WaitForTakeover):  # its takeover is with the store
-            return
-        if isinstance(decision, TakeOver):
-            store = self.store
-            assert store is not None  # noqa: S101
-            command = call.command
-            assert isinstance(command, Resume | AuthenticateResume)  # noqa: S101
-            take = functools.partial(_take_over, store, session_id, command.resume_token)
-            if decision.off_loop:  # the answer comes back as Adopted
-
-                def answer(outcome: object, error: BaseException | None) -> None:
-                    self.tell_supervisor(
-                        Adopted(session_id=session_id, outcome=outcome, error=error)
-                    )
-
-                committer = self.committer
-                assert committer is not None  # noqa: S101
-                committer.call(take, answer, what=f"session {session_id}: takeover")
-                return
-            try:
-                outcome = take()
-            except StoreError as exc:
-                call.reply.fail(exc)
-                return
-            if not self._take_in(session_id, call, outcome):
-                return
-        self._route_adopted(session_id, call)
-
-    def _adopted(self, message: Adopted) -> None:
-        """The store answered a takeover: route its first call, then the others."""
-        session_id = message.session_id
-        calls = self.machine.takeover_answered(session_id)
-        if not calls:
-            return
-        first = calls[0]
-        if message.error is not None:
-            first.reply.fail(message.error)
-        elif (
-            self.machine.stopping
-            or self._routes.get(session_id) is not None
-            or self._take_in(session_id, first, message.outcome)
-        ):
-            self._route_adopted(session_id, first)
-        for call in calls[1:]:  # each proves its own token (or finds it routed now)
-            self._adopt(Adopt(session_id=session_id, call=call))
-
-    def _take_in(self, session_id: str, call: Call, outcome: object) -> bool:
-        """Route a session taken over from the store (``True``), or answer
-        ``call`` why not: not stored, or its token proved nothing."""
-        stored, taken = cast(tuple[StoredSession | None, StoredSession | None], outcome)
-        if stored is None:
-            answer_unknown(call.reply, call.command, session_id)
-            return False
-        if taken is None:
-            call.reply.fail(InvalidResumeTokenError("invalid duplex resume token"))
-            return False
-        parked = parked_from_store(taken, time.time() - self.clock())
-        routed = SessionMailbox(session_id, self)
-        routed.adopt(parked, taken.epoch)
-        self._routes[session_id] = routed
-        self.books.adopted(parked)
-        self._file_parked(routed, parked)
-        self._notify_parked(parked, "taken_over", "store")
-        return True
-
-    def _route_adopted(self, session_id: str, call: Call) -> None:
-        routed = self._routes.get(session_id)
-        if routed is None:
-            answer_unknown(call.reply, call.command, session_id)
-            return
-        try:
-            routed.tell(call)
-        except InboxClosedError:
-            answer_unknown(call.reply, call.command, session_id)
-
-    def _notify_parked(
-        self, parked: ParkedSession, kind: LifecycleKind, reason: str | None
-    ) -> None:
-        """Tell the observer ``kind`` of a parked session (it has no actor to tell it)."""
-        self.notify(
-            LifecycleEvent(
-                kind=kind,
-                session_id=parked.session_id,
-                attachment_generation=parked.attachment_generation,
-                lease_generation=parked.lease_generation,
-                reason=reason,
-            )
-        )
-
-    def _forget_stored(self, mailbox: SessionMailbox) -> None:
-        """An expired parked session leaves the store too (if still ours)."""
-        store, epoch = self.store, mailbox.store_epoch
-        if store is None or epoch is None:
-            return
-        if self.committer is not None:
-            delete = functools.partial(store.delete, mailbox.session_id, epoch)
-            self.committer.call(delete, None, what=f"session {mailbox.session_id}: store delete")
-            return
-        try:
-            store.delete(mailbox.session_id, epoch)
-        except StoreError as exc:
-            # Its keys expire by themselves (the store's key TTL).
-            logger.warning("session %s: store delete failed (%s)", mailbox.session_id, exc)
-
-    def _renew_leases(self) -> None:
-        """Renew this process's leases; a refused one was taken over elsewhere."""
-        store = self.store
-        assert store is not None  # noqa: S101
-        held = tuple((m, m.store_epoch) for m in list(self._routes.values()) if m.store_epoch)
-        leases = [(m.session_id, epoch) for m, epoch in held]
-        committer = self.committer
-        if committer is None:
-            try:
-                renewed = store.renew_many(leases)
-            except StoreError:
-                return  # the store is away: the next sweep tries again
-            self._renewed(LeasesRenewed(held=held, renewed=tuple(renewed)))
-            return
-        if self._renewing or not held:
-            return  # the last sweep's renewals are still on their way
-        self._renewing = True
-
-        def answer(renewed: object, error: BaseException | None) -> None:
-            if error is not None and not isinstance(error, StoreError):
-                logger.error("registry %s: lease renewal failed: %r", self.registry_id, error)
-            kept = None if error is not None else tuple(cast(list[bool | StoreError], renewed))
-            self.tell_supervisor(LeasesRenewed(held=held, renewed=kept))
-
-        committer.call(functools.partial(store.renew_many, leases), answer, what="lease renewal")
-
-    def _renewed(self, message: LeasesRenewed) -> None:
-        """The store answered a sweep's renewals: let go of what another process took."""
-        self._renewing = False
-        if message.renewed is None:
-            return  # the store is away: the next sweep tries again
-        for (mailbox, epoch), kept in zip(message.held, message.renewed, strict=True):
-            # Only a refusal lets go; an unavailable answer (that session's
-            # part of the store is away) keeps it, to be renewed next sweep.
-            if kept is not False or self._routes.get(mailbox.session_id) is not mailbox:
-                continue
-            parked = mailbox.parked
-            if parked is not None and mailbox.close_if_parked():
-                self._unroute(mailbox)
-                self.books.parked_left(parked, reason="replaced")
-                # As a live session's refused write does: the gateway frees its place.
-                self._notify_parked(parked, "replaced", "store")
-            else:
-                mailbox.tell_if_live(Replaced(epoch=epoch))
-
-    def _decide(self, message: Crashed) -> None:
-        """Carry out the machine's decisions on one crash (see SupervisorMachine.crashed)."""
-        report = message.report
-        books = self.books
-        if report.during == "reactivate":
-            # That actor has stopped: keep its counts, drop it from the live ones.
-            books.reactivation_crashed(report.mailbox)
-            books.retire(report.actor_urn, "reactivate_crashed")
-        for decision in self.machine.crashed(report):
-            if isinstance(decision, Escalate | Recover):
-                self._health_changed(decision)
-            elif isinstance(decision, RestartAfter):
-                self.timers.schedule(self.clock() + decision.delay_s, Proceed(report=report))
-            elif isinstance(decision, RestartNow):
-                self._proceed(Proceed(report=report))
-            elif isinstance(decision, FailSuspended):
-                with contextlib.suppress(InboxClosedError):
-                    report.mailbox.tell(FailSession())
-            elif isinstance(decision, CloseParked):
-                self._close_failed(report.mailbox)
-
-    def _proceed(self, message: Proceed) -> None:
-        report = message.report
-        if report.during == "reactivate":
-            self._activate(Wake(mailbox=report.mailbox))
-            return
-        with contextlib.suppress(InboxClosedError):
-            report.mailbox.tell(Restart())
-
-    def _close_failed(self, mailbox: SessionMailbox) -> None:
-        """Close a session given up on while parked (its wake-up crashed)."""
-        parked = mailbox.take_parked()
-        if parked is None:
-            return
-        self.books.parked_left(parked, reason="failed")
-        self._unroute(mailbox)
-        self.notify(
-            LifecycleEvent(kind="failed", session_id=mailbox.session_id, reason="session_failed")
-        )
-        self._answer_closed(mailbox, failed=True)
-
-    def _judge_health(self, now: float) -> None:
-        for decision in self.machine.swept(now):
-            self._health_changed(decision)
-
-    def _health_changed(self, decision: Escalate | Recover) -> None:
-        escalated = isinstance(decision, Escalate)
-        if escalated:
-            self.books.escalated()
-        self.notify(
-            LifecycleEvent(
-                kind="registry_unhealthy" if escalated else "registry_healthy",
-                session_id="",
-                reason=f"{decision.crashes} crashes within {decision.within_s:g} s",
-            )
-        )
-
-    def _answer_closed(self, mailbox: SessionMailbox, *, failed: bool = False) -> None:
-        """Close a mailbox nobody runs; answer what it held (closed, or failed)."""
-        error: Exception = (
-            SessionFailedError(f"session {mailbox.session_id} failed and was closed")
-            if failed
-            else RegistryClosedError("the session registry was shut down")
-        )
-        for mail in mailbox.close():
-            if isinstance(mail, Call):
-                mail.reply.fail(error)
-            elif isinstance(mail, Shutdown) and mail.reply is not None:
-                mail.reply.resolve(None)
 
     # -- supervisors coming and going --------------------------------------------------
 
@@ -803,7 +565,7 @@ class SessionSystem:
             parked = message.mailbox.take_parked()
             if parked is not None:
                 self.books.parked_woken(parked)
-            self._answer_closed(message.mailbox)
+            answer_closed(message.mailbox)
 
     def _start_supervisor(self) -> pykka.ActorRef[SupervisorActor]:
         return SupervisorActor.start(self)
@@ -843,18 +605,24 @@ class _CloseReply:
             self._reply.fail(error)
 
 
+def _leases(system: SessionSystem) -> Leases:
+    leases = system.leases
+    assert leases is not None  # noqa: S101 - only a registry with a store adopts or renews
+    return leases
+
+
 _HANDLERS: dict[type[Any], Callable[[SessionSystem, Any], None]] = {
     Create: SessionSystem._start_session,
     Closing: SessionSystem._route_close,
     Reopen: SessionSystem._reopen,
     Gone: SessionSystem._forget,
     Sweep: SessionSystem._sweep,
-    LeasesRenewed: SessionSystem._renewed,
+    LeasesRenewed: lambda system, message: _leases(system).renewed(message),
     Stop: SessionSystem._stop_sessions,
-    Wake: SessionSystem._activate,
-    Crashed: SessionSystem._decide,
-    Proceed: SessionSystem._proceed,
-    Adopt: SessionSystem._adopt,
-    Adopted: SessionSystem._adopted,
+    Wake: SessionSystem.activate,
+    Crashed: lambda system, message: system.restarts.decide(message),
+    Proceed: lambda system, message: system.restarts.proceed(message),
+    Adopt: lambda system, message: _leases(system).adopt(message),
+    Adopted: lambda system, message: _leases(system).adopted(message),
     PollTimers: lambda system, message: None,  # its turn fired what was due
 }

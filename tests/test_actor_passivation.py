@@ -348,7 +348,10 @@ def test_a_session_that_cannot_reactivate_is_failed_never_lost() -> None:
         plan.crash("reactivate.enter", session_id="s")
         late = Background(lambda: reg.send_event("s", {"n": 1}))
         assert isinstance(late.error(), SessionFailedError)
-        events.wait_for("failed", "s")
+        failed = events.wait_for("failed", "s")
+        # Told as a live session's failure is: with its generations.
+        assert (failed.attachment_generation, failed.lease_generation) == (1, 0)
+        assert failed.reason == "session_failed"
         settle(reg, "s")
         with pytest.raises(KeyError):
             reg.send_event("s", {"n": 2})
