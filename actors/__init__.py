@@ -6,15 +6,29 @@ and credential, the results of the registry's methods and the observer's
 events. Everything else in its modules (the sans-I/O state machine
 included, for now) is internal and may change.
 
-``actors`` never imports ``supervisor``. Its modules ``_journal``,
-``_credential``, ``_state``, ``_transition``, ``_messages``, ``_lifecycle``
-and ``_counters`` import no pykka, trio, asyncio or threading.
+``actors`` never imports ``supervisor``. The machine's modules (``_journal``,
+``_credential``, ``_state`` and its rules, ``_transition``, ``_commands``,
+``_lifecycle``, ``_counters``, ``_fields``, ``_errors``, ``_store``,
+``_client_seqs``, ``_supervisor_machine``) and ``_ownership`` import no
+pykka, trio, asyncio or threading, not even through each other.
 """
 
 from __future__ import annotations
 
 import logging
 
+from actors._commands import (
+    ActivationPayloadFactory,
+    CloseCallable,
+    DetachedAttachment,
+    LifecycleEvent,
+    LifecycleKind,
+    ReplayCountingFactory,
+    ResumeResult,
+    SendCallable,
+    SessionCreated,
+    TransportAttachment,
+)
 from actors._credential import ResumeCredential, ResumeToken
 from actors._errors import (
     ActivationAbortedError,
@@ -40,18 +54,6 @@ from actors._errors import (
     UnknownSessionError,
 )
 from actors._journal import EventJournal, JournalEntry
-from actors._messages import (
-    ActivationPayloadFactory,
-    CloseCallable,
-    DetachedAttachment,
-    LifecycleEvent,
-    LifecycleKind,
-    ReplayCountingFactory,
-    ResumeResult,
-    SendCallable,
-    SessionCreated,
-    TransportAttachment,
-)
 from actors._store import SessionRecord, SessionStore, StoredEvent, StoredSession
 
 logging.getLogger("duplex_supervisor.actors").addHandler(logging.NullHandler())

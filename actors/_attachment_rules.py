@@ -4,7 +4,7 @@ tick (journal TTL, a detached session's expiry) and the close (handlers of
 
 from __future__ import annotations
 
-from actors._messages import (
+from actors._commands import (
     Close,
     DetachedAttachment,
     HasAttachment,

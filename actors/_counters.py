@@ -7,9 +7,9 @@ thread sees some recent value of each, never a torn one.
 
 from __future__ import annotations
 
+from actors._commands import ActivationOutcome, Command, ResumeResult
 from actors._errors import InvalidResumeTokenError, JournalGapError, JournalOverflowError
 from actors._journal import JournalEntry
-from actors._messages import ActivationOutcome, Command, ResumeResult
 from actors._transition import Transition
 
 __all__ = ["SUMMED", "SessionCounters"]

@@ -13,9 +13,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 
-from actors._mail import NO_REPLY, Call
-from actors._mailbox import InboxClosedError, SessionMailbox
-from actors._messages import (
+from actors._commands import (
     Activate,
     ActivationOutcome,
     Deliver,
@@ -25,7 +23,9 @@ from actors._messages import (
     ResumeResult,
     RetireAttachment,
 )
+from actors._mailbox import InboxClosedError, SessionMailbox
 from actors._ports import Delivery, LoopPort, Outbox, Reply
+from actors._supervisor_mail import NO_REPLY, Call
 from actors._transition import Transition
 
 __all__ = ["SessionEffects"]

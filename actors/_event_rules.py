@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from actors._commands import Acknowledge, Deliver, EventAccepted, SendEvent, SendEvents
 from actors._errors import InvalidPayloadError, JournalOverflowError
 from actors._journal import normalize_payload
-from actors._messages import Acknowledge, Deliver, EventAccepted, SendEvent, SendEvents
 from actors._state_core import StateCore
 
 __all__ = ["EventRules"]

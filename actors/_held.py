@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 
 from actors._errors import SessionCrashedError
-from actors._mail import Call, Mail, Shutdown, answer_unknown
+from actors._supervisor_mail import Call, Mail, Shutdown, answer_unknown
 
 __all__ = ["HeldMail", "answer_held", "crash_error"]
 

@@ -21,10 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
-from actors._errors import UnknownSessionError
-from actors._fields import SessionFields
-from actors._journal import ParkedJournal
-from actors._messages import (
+from actors._commands import (
     AbortResume,
     Acknowledge,
     ActivationOutcome,
@@ -42,6 +39,9 @@ from actors._messages import (
     SettleLeaseGeneration,
     Tick,
 )
+from actors._errors import UnknownSessionError
+from actors._fields import SessionFields
+from actors._journal import ParkedJournal
 from actors._transition import Transition
 
 __all__ = [

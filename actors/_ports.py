@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from actors._commands import Activate, ActivationOutcome, Deliver
 from actors._errors import SessionFailedError
-from actors._messages import Activate, ActivationOutcome, Deliver
 
 __all__ = [
     "NO_WAITER",

@@ -15,9 +15,7 @@ from __future__ import annotations
 import hmac
 from dataclasses import replace
 
-from actors._credential import ResumeToken, token_digest
-from actors._errors import InvalidInputError, InvalidResumeTokenError
-from actors._messages import (
+from actors._commands import (
     AbortResume,
     Activate,
     ActivationOutcome,
@@ -31,6 +29,8 @@ from actors._messages import (
     SettleLeaseGeneration,
     TransportAttachment,
 )
+from actors._credential import ResumeToken, token_digest
+from actors._errors import InvalidInputError, InvalidResumeTokenError
 from actors._state_core import StateCore
 from actors._transition import check_generation
 

@@ -33,7 +33,7 @@ Passivation is the same split: the supervisor proposes `Passivate`;
 the actor re-checks idleness when its turn comes, and parks (state as plain
 data in the mailbox, actor stopped) only if nothing arrived.
 
-The vocabulary it speaks is in `actors._mail`.
+The vocabulary it speaks is in `actors._supervisor_mail`.
 """
 
 from __future__ import annotations
@@ -45,6 +45,16 @@ from typing import Any, Protocol
 
 import pykka
 
+from actors._commands import (
+    ActivationOutcome,
+    Close,
+    Command,
+    LifecycleEvent,
+    LifecycleKind,
+    Resume,
+    Tick,
+    TickResult,
+)
 from actors._counters import SessionCounters
 from actors._effects import SessionEffects
 from actors._errors import (
@@ -57,7 +67,12 @@ from actors._errors import (
 from actors._held import HeldMail, answer_held
 from actors._lifecycle import ParkedSession, ResumeStash
 from actors._loop_actor import LoopActor
-from actors._mail import (
+from actors._mailbox import ClosableInbox, InboxClosedError, SessionMailbox
+from actors._ownership import StoreOwnership
+from actors._ports import LoopPort, Outbox, Reply
+from actors._state import Failpoints, SessionConfig, SessionState, Transition
+from actors._store_link import StoreLink
+from actors._supervisor_mail import (
     NO_REPLY,
     Call,
     Committed,
@@ -71,21 +86,6 @@ from actors._mail import (
     Shutdown,
     answer_unknown,
 )
-from actors._mailbox import ClosableInbox, InboxClosedError, SessionMailbox
-from actors._messages import (
-    ActivationOutcome,
-    Close,
-    Command,
-    LifecycleEvent,
-    LifecycleKind,
-    Resume,
-    Tick,
-    TickResult,
-)
-from actors._ownership import StoreOwnership
-from actors._ports import LoopPort, Outbox, Reply
-from actors._state import Failpoints, SessionConfig, SessionState, Transition
-from actors._store_link import StoreLink
 
 __all__ = [
     "Call",

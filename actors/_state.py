@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 The seed held these rules in a registry guarded by locks and awaited its
 transport sends inline. Here they are split from both: `SessionState.handle`
-takes one command (`actors._messages`), changes the state, and returns a
+takes one command (`actors._commands`), changes the state, and returns a
 `Transition` holding the caller's reply (or a domain error) and the
 *effects* the shell must carry out afterwards: frames to deliver to an
 attachment generation, an ``on_accepted`` to run, an outbox to retire, an
@@ -41,16 +41,7 @@ from collections.abc import Callable
 from typing import Any
 
 from actors._attachment_rules import AttachmentRules
-from actors._credential import ResumeToken, token_digest
-from actors._errors import (
-    SessionError,
-    UnknownSessionError,
-)
-from actors._event_rules import EventRules
-from actors._fields import SessionFields, field_values
-from actors._journal import EventJournal, JournalEntry
-from actors._lifecycle import ParkedSession, SessionPhase
-from actors._messages import (
+from actors._commands import (
     AbortResume,
     Acknowledge,
     ActivationOutcome,
@@ -73,6 +64,15 @@ from actors._messages import (
     Tick,
     TransportAttachment,
 )
+from actors._credential import ResumeToken, token_digest
+from actors._errors import (
+    SessionError,
+    UnknownSessionError,
+)
+from actors._event_rules import EventRules
+from actors._fields import SessionFields, field_values
+from actors._journal import EventJournal, JournalEntry
+from actors._lifecycle import ParkedSession, SessionPhase
 from actors._resume_rules import ResumeRules
 from actors._store import SessionRecord
 from actors._transition import (

@@ -13,15 +13,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from actors._fields import SessionFields
-from actors._journal import EventJournal
-from actors._messages import (
+from actors._commands import (
     Effect,
     LifecycleEvent,
     LifecycleKind,
     RetireAttachment,
     TransportAttachment,
 )
+from actors._fields import SessionFields
+from actors._journal import EventJournal
 from actors._transition import Failpoints, SessionConfig, StateSnapshot
 
 __all__ = ["StateCore"]

@@ -48,7 +48,7 @@ at write and at load, so ages survive a move to another process. Two machines'
 wall clocks differ by their skew; TTLs are approximate by that much.
 
 This module does no I/O and imports no threading; the stores are
-`supervisor._memory_store.MemoryStore` and
+`supervisor.stores._memory.MemoryStore` and
 `supervisor.redis_store.RedisStore`.
 """
 

@@ -30,11 +30,11 @@ from actors._errors import (
     StoreOutcomeUnknownError,
     StoreUnavailableError,
 )
-from actors._mail import Call, Committed, Fenced
 from actors._mailbox import InboxClosedError, SessionMailbox
 from actors._ownership import StoreOwnership
 from actors._state import SessionState, Transition
 from actors._store import SessionRecord, StoreBinding, StoredSession
+from actors._supervisor_mail import Call, Committed, Fenced
 
 __all__ = ["StoreLink", "StoreLinkHost"]
 

@@ -6,7 +6,7 @@ elsewhere), frozen decisions out (restart now, restart after a backoff,
 close, escalate or recover, park, wake, take over). It keeps the books that
 decide (each session's crash window, the registry's, its health, whether it
 is stopping, the takeovers the store has not answered yet) and carries out
-nothing: `supervisor._actor.SessionSystem` starts and tells actors, runs
+nothing: `supervisor._system.SessionSystem` starts and tells actors, runs
 timers, calls the store and tells the observer. OTP's split: a supervisor's
 decisions are a callback module; the routing table (the shell's) is a
 separate thing with its own writer.
@@ -63,7 +63,7 @@ class RestartLimits(Protocol):
 
 
 class CrashFacts(Protocol):
-    """What a crash report says that a decision needs (`actors._mail.CrashReport`)."""
+    """What a crash report says that a decision needs (`actors._supervisor_mail.CrashReport`)."""
 
     @property
     def session_id(self) -> str: ...

@@ -10,10 +10,10 @@ import math
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
+from actors._commands import Effect, TransportAttachment
 from actors._errors import InvalidInputError, InvalidSessionIdError, SessionError
 from actors._fields import SessionFields
 from actors._journal import JournalSnapshot
-from actors._messages import Effect, TransportAttachment
 
 __all__ = [
     "FAILPOINTS",

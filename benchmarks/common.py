@@ -8,7 +8,7 @@ from typing import Any
 
 import trio
 
-from supervisor._trio_registry import open_session_registry
+from supervisor.doors._trio import open_session_registry
 
 __all__ = [
     "BIG",

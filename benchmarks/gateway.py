@@ -304,7 +304,7 @@ async def redis_store(size: Size) -> dict[str, object]:
         return {"redis_skipped": "redis-server not on PATH"}
     import redis  # noqa: PLC0415 - only this figure needs redis-py
 
-    from supervisor._demo_processes import local_redis  # noqa: PLC0415
+    from supervisor.cli._demo_processes import local_redis  # noqa: PLC0415
 
     loads: dict[str, dict[str, object]] = {}
     with local_redis(appendfsync="everysec") as url:

@@ -41,7 +41,7 @@ import trio
 from benchmarks.common import Result, Size
 from benchmarks.gateway import RATE_HZ, Point, measure_sized
 from benchmarks.gateway_processes import cpu_seconds
-from supervisor._demo_workers import worker_command
+from supervisor.cli._demo_workers import worker_command
 
 if TYPE_CHECKING:
     from supervisor.engine_bus import RedisEngineBus  # needs redis-py, as the scenario does
@@ -57,7 +57,7 @@ def _worker_command(url: str, pool: str) -> list[str]:
     return worker_command(url, pool, "--engine", engine, "--log-level", "info")
 
 
-#: What ``duplex-supervisor worker`` logs once it serves (`supervisor._cli`).
+#: What ``duplex-supervisor worker`` logs once it serves (`supervisor.cli._commands`).
 _READY = "serving pool"
 
 
@@ -205,7 +205,7 @@ async def gateway_bus(size: Size) -> list[Result]:
     """Rows per load: events/s and p99, bus beside in-process; one JSON entry."""
     if shutil.which("redis-server") is None:
         return [Result("gateway_bus/trio", "skipped: no redis-server on PATH", math.nan)]
-    from supervisor._demo_processes import local_redis  # noqa: PLC0415 - needs redis-py
+    from supervisor.cli._demo_processes import local_redis  # noqa: PLC0415 - needs redis-py
 
     loads: dict[str, dict[str, object]] = {}
     points: list[dict[str, object]] = []

@@ -55,8 +55,8 @@ import anyio
 import trio
 
 from benchmarks.references import LockRegistry
-from supervisor._cli import _registry_options
 from supervisor._log_limit import LogLimiter
+from supervisor.cli._commands import _registry_options
 from supervisor.gateway._auth import Handshake
 from supervisor.gateway._config import GatewayConfig, GatewayCounters
 from supervisor.gateway._core import TransportClosedError

@@ -21,8 +21,8 @@ import sys
 import trio
 
 from supervisor._extras import MissingExtraError, require
+from supervisor.cli._wire_client import WireClient
 from supervisor.gateway._servers import NEEDS
-from supervisor.gateway._wire_client import WireClient
 
 SERVERS = ("trio", "asgi-uvicorn", "asgi-hypercorn")
 

@@ -41,7 +41,7 @@ import trio
 from benchmarks.common import Result, Size
 from benchmarks.gateway import RATE_HZ, Point, measure_sized, saturate
 from benchmarks.gateway_processes import Served, cpu_seconds
-from supervisor._serve_workers import WorkerPool
+from supervisor.cli._serve_workers import WorkerPool
 from supervisor.gateway._servers import listening_socket
 
 __all__ = ["WORKERS", "connections_per_process", "gateway_workers", "serve_workers"]
@@ -155,7 +155,7 @@ async def gateway_workers(size: Size) -> list[Result]:
         return [Result("gateway_workers/trio", "skipped: no redis-server on PATH", math.nan)]
     import redis  # noqa: PLC0415 - only this scenario needs redis-py
 
-    from supervisor._demo_processes import local_redis  # noqa: PLC0415
+    from supervisor.cli._demo_processes import local_redis  # noqa: PLC0415
 
     counts = (1, WORKERS)
     known: dict[int, dict[int, Point]] = {n: {} for n in counts}

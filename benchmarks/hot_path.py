@@ -8,7 +8,7 @@ import trio
 
 from benchmarks.common import BIG, Counter, Result, Size, noop_close, noop_send, pct, registry
 from benchmarks.references import LockRegistry, floor_round_trips
-from supervisor._trio_registry import TrioSessionRegistry
+from supervisor.doors._trio import TrioSessionRegistry
 
 __all__ = ["send_latency", "throughput"]
 

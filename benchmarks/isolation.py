@@ -11,7 +11,7 @@ import trio
 
 from benchmarks.common import BIG, Result, Size, noop_close, noop_send, pct, registry
 from benchmarks.references import LockRegistry
-from supervisor._threads import ThreadSessionRegistry
+from supervisor.doors._threads import ThreadSessionRegistry
 
 __all__ = ["engine_threads", "slow_client", "thread_send_latency"]
 

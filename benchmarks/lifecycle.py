@@ -11,10 +11,10 @@ from typing import Any
 
 import trio
 
+from actors._commands import ResumeResult
 from actors._credential import ResumeToken
 from actors._errors import SessionCrashedError
 from actors._journal import EventJournal
-from actors._messages import ResumeResult
 from benchmarks.common import BIG, Result, Size, noop_close, noop_send, pct, registry
 from benchmarks.references import LockRegistry
 from supervisor._faults import FaultPlan

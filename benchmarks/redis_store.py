@@ -27,9 +27,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from actors._store import SessionStore
-from supervisor._memory_store import MemoryStore
-from supervisor._threads import ThreadSessionRegistry
+from supervisor.doors._threads import ThreadSessionRegistry
 from supervisor.redis_store import RedisStore
+from supervisor.stores._memory import MemoryStore
 
 EVENTS = 2000
 RESUMES = 20

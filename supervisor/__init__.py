@@ -19,6 +19,13 @@ from __future__ import annotations
 
 import logging
 
+from actors._commands import (
+    DetachedAttachment,
+    LifecycleEvent,
+    ResumeResult,
+    SessionCreated,
+    TransportAttachment,
+)
 from actors._credential import ResumeToken
 from actors._errors import (
     ActivationAbortedError,
@@ -43,24 +50,17 @@ from actors._errors import (
     UnknownSessionError,
 )
 from actors._journal import JournalEntry
-from actors._messages import (
-    DetachedAttachment,
-    LifecycleEvent,
-    ResumeResult,
-    SessionCreated,
-    TransportAttachment,
-)
 from actors._store import SessionStore
-from supervisor._actor import RegistryStats
-from supervisor._async_door import AsyncSessionRegistry
-from supervisor._asyncio_registry import AsyncioSessionRegistry
-from supervisor._asyncio_registry import open_session_registry as open_asyncio_registry
 from supervisor._faults import FaultPlan, InjectedFaultError
-from supervisor._memory_store import MemoryStore
 from supervisor._options import RegistryOptions, RegistryOptionsDict
 from supervisor._policy import RestartPolicy
-from supervisor._threads import BlockingClose, BlockingSend, ThreadSessionRegistry
-from supervisor._trio_registry import TrioSessionRegistry, open_session_registry
+from supervisor._system import RegistryStats
+from supervisor.doors._asyncio import AsyncioSessionRegistry
+from supervisor.doors._asyncio import open_session_registry as open_asyncio_registry
+from supervisor.doors._door import AsyncSessionRegistry
+from supervisor.doors._threads import BlockingClose, BlockingSend, ThreadSessionRegistry
+from supervisor.doors._trio import TrioSessionRegistry, open_session_registry
+from supervisor.stores._memory import MemoryStore
 
 logging.getLogger("duplex_supervisor.supervisor").addHandler(logging.NullHandler())
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from supervisor._cli import main
+from supervisor.cli._commands import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -7,13 +7,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypedDict
 
-from actors._messages import LifecycleEvent
+from actors._commands import LifecycleEvent
 from actors._ports import LoopPort
 from actors._state import SessionConfig
 from actors._store import SessionStore
-from supervisor._actor import DEFAULT_PASSIVATE_AFTER_S, SessionSystem
 from supervisor._faults import FaultPlan
 from supervisor._policy import RestartPolicy
+from supervisor._system import DEFAULT_PASSIVATE_AFTER_S, SessionSystem
 
 __all__ = ["RegistryOptions", "RegistryOptionsDict"]
 

@@ -19,18 +19,18 @@ import asyncio
 import weakref
 from collections.abc import Callable
 
-from actors._credential import ResumeCredential, ResumeToken
-from actors._errors import InvalidResumeTokenError, JournalGapError, JournalOverflowError
-from actors._journal import EventJournal, JournalEntry
-from actors._messages import (
+from actors._commands import (
     DetachedAttachment,
     ResumeResult,
     SessionCreated,
     TransportAttachment,
 )
+from actors._credential import ResumeCredential, ResumeToken
+from actors._errors import InvalidResumeTokenError, JournalGapError, JournalOverflowError
+from actors._journal import EventJournal, JournalEntry
 from actors._ports import NO_WAITER
-from supervisor._actor import RegistryStats, SessionSystem
-from supervisor._asyncio_registry import AsyncioSessionRegistry
+from supervisor._system import RegistryStats, SessionSystem
+from supervisor.doors._asyncio import AsyncioSessionRegistry
 
 __all__ = [
     "DuplexDetachedAttachment",

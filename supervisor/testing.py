@@ -40,11 +40,11 @@ from typing import Any
 import pytest
 import trio
 
-from supervisor._asyncio_registry import AsyncioSessionRegistry
-from supervisor._asyncio_registry import open_session_registry as open_asyncio_registry
 from supervisor._faults import FaultPlan
-from supervisor._threads import ThreadSessionRegistry
-from supervisor._trio_registry import TrioSessionRegistry, open_session_registry
+from supervisor.doors._asyncio import AsyncioSessionRegistry
+from supervisor.doors._asyncio import open_session_registry as open_asyncio_registry
+from supervisor.doors._threads import ThreadSessionRegistry
+from supervisor.doors._trio import TrioSessionRegistry, open_session_registry
 
 __all__ = ["FakeClock", "Gate", "Signal", "Wire", "registry_options"]
 

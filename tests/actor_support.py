@@ -7,10 +7,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from actors._messages import LifecycleEvent
+from actors._commands import LifecycleEvent
 from supervisor._faults import FaultPlan
 from supervisor._policy import RestartPolicy
-from supervisor._threads import ThreadSessionRegistry
+from supervisor.doors._threads import ThreadSessionRegistry
 from supervisor.testing import FakeClock, Wire
 
 WAIT = 5.0

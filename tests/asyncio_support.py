@@ -16,10 +16,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
+from actors._commands import LifecycleEvent
 from actors._credential import ResumeToken
-from actors._messages import LifecycleEvent
-from supervisor._asyncio_registry import AsyncioSessionRegistry, open_session_registry
 from supervisor.compat import DuplexSessionAttachmentRegistry
+from supervisor.doors._asyncio import AsyncioSessionRegistry, open_session_registry
 from supervisor.testing import FakeClock as FakeClock
 from supervisor.testing import Gate as Gate
 from supervisor.testing import Wire as Wire

@@ -45,8 +45,8 @@ from wsproto.events import (
     TextMessage,
 )
 
-from supervisor._cli_flags import SECRET_ENV
-from supervisor._demo_processes import reap
+from supervisor.cli._demo_processes import reap
+from supervisor.cli._flags import SECRET_ENV
 
 #: Every attack test body runs under ``trio.fail_after(LIMIT)`` (real time).
 LIMIT = 30.0

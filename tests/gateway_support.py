@@ -20,9 +20,9 @@ import trio
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, Request
 
+from supervisor.cli._wire_client import WireClient, WireClosedError
 from supervisor.gateway._engine import Engine, EngineConfig
 from supervisor.gateway._server import Gateway, GatewayConfig, serve_gateway
-from supervisor.gateway._wire_client import WireClient, WireClosedError
 
 #: Every async test body runs under ``trio.fail_after(LIMIT)`` (real time).
 LIMIT = 20.0

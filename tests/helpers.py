@@ -6,14 +6,14 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from actors._errors import SessionError
-from actors._journal import EventJournal, JournalEntry
-from actors._messages import (
+from actors._commands import (
     AuthenticateResume,
     HasAttachment,
     IsCurrentAttachment,
     Resume,
 )
+from actors._errors import SessionError
+from actors._journal import EventJournal, JournalEntry
 from actors._state import NO_FAILPOINTS, Failpoints, SessionConfig, SessionState, Transition
 from supervisor.testing import FakeClock as FakeClock
 

@@ -5,7 +5,7 @@ that carries commands between processes.
 
 ``to_dict(message)`` gives a dict of JSON values with a ``"type"`` key (the
 class name in snake case); ``from_dict(data, **bindings)`` builds the message
-back. Fields marked local in `actors._messages` (callables of this
+back. Fields marked local in `actors._commands` (callables of this
 process) are not encoded; pass them as ``bindings`` when decoding. A resume
 token travels as its plaintext, and only inside the dict returned: this
 module logs nothing and its errors never quote a value.
@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from actors import _messages as messages
+from actors import _commands as messages
 from actors._credential import ResumeToken
 from actors._errors import InvalidInputError
 from actors._journal import JournalEntry

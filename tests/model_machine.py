@@ -20,7 +20,7 @@ from hypothesis import note
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, rule
 
-from actors._messages import SessionCreated
+from actors._commands import SessionCreated
 from tests.model import Fail
 from tests.model_support import (
     ACTIVATION_KINDS,

@@ -23,15 +23,15 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant
 
 import actors._errors as err
-from actors._credential import ResumeToken
-from actors._journal import JournalEntry
-from actors._messages import (
+from actors._commands import (
     DetachedAttachment,
     LifecycleEvent,
     ResumeResult,
     SessionCreated,
     TransportAttachment,
 )
+from actors._credential import ResumeToken
+from actors._journal import JournalEntry
 from supervisor._faults import FaultPlan
 from supervisor.testing import Wire
 from tests.model import Answer, Fail, RegistryModel, WireModel, cost_of

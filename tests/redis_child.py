@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 
-from supervisor._threads import ThreadSessionRegistry
+from supervisor.doors._threads import ThreadSessionRegistry
 from supervisor.redis_store import RedisStore
 
 

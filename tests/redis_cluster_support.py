@@ -1,5 +1,5 @@
 """A real local Redis Cluster for the tests: the library's own
-(`supervisor._local_redis_cluster.LocalRedisCluster`, as ``demo --redis
+(`supervisor.cli._local_redis_cluster.LocalRedisCluster`, as ``demo --redis
 cluster-local`` runs): 3 primaries and 3 replicas, each a redis-server on
 127.0.0.1 in its own directory (``appendonly yes``, ``cluster-node-timeout``
 1000 ms), joined by ``redis-cli --cluster create --cluster-replicas 1``.
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from supervisor._local_redis_cluster import NODE_TIMEOUT_MS, LocalRedisCluster
+from supervisor.cli._local_redis_cluster import NODE_TIMEOUT_MS, LocalRedisCluster
 from tests.redis_support import redis_binary
 
 __all__ = ["NODE_TIMEOUT_MS", "LocalCluster"]

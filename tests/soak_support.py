@@ -25,9 +25,9 @@ from typing import Any
 import trio
 
 from supervisor._faults import FaultPlan
+from supervisor.cli._wire_client import WireClient, WireClosedError
 from supervisor.gateway._engine import EngineConfig
 from supervisor.gateway._server import Gateway, GatewayConfig, serve_gateway
-from supervisor.gateway._wire_client import WireClient, WireClosedError
 
 Frame = dict[str, object]
 

@@ -6,13 +6,13 @@ import threading
 
 import pytest
 
+from actors._commands import SendEvent
 from actors._errors import JournalGapError, SessionFailedError
 from actors._lifecycle import ParkedSession
-from actors._messages import SendEvent
 from actors._session import SessionActor
 from supervisor._faults import FaultPlan
 from supervisor._policy import RestartPolicy
-from supervisor._threads import ThreadSessionRegistry
+from supervisor.doors._threads import ThreadSessionRegistry
 from tests.actor_support import (
     WAIT,
     Background,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from supervisor._policy import RestartPolicy
-from supervisor._supervision import Timers
+from supervisor._system_books import Timers
 
 
 def test_intensity_counts_crashes_within_the_window_only() -> None:

@@ -7,16 +7,16 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from actors._commands import AbortResume
 from actors._errors import (
     InvalidResumeTokenError,
     JournalGapError,
     SessionCrashedError,
 )
-from actors._messages import AbortResume
 from actors._state import FAILPOINTS
 from supervisor._faults import FaultPlan, InjectedFaultError
 from supervisor._policy import RestartPolicy
-from supervisor._threads import ThreadSessionRegistry
+from supervisor.doors._threads import ThreadSessionRegistry
 from tests.actor_support import (
     WAIT,
     Background,

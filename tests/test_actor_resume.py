@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from actors._errors import InvalidResumeTokenError
-from supervisor._threads import ThreadSessionRegistry
+from supervisor.doors._threads import ThreadSessionRegistry
 from tests.actor_support import WAIT, Background, Wire, activation, registry
 
 

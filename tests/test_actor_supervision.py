@@ -9,9 +9,9 @@ from types import FrameType
 import pytest
 
 from actors._errors import SessionCrashedError, SessionFailedError
-from supervisor._actor import SupervisorActor
 from supervisor._faults import FaultPlan
 from supervisor._policy import RestartPolicy
+from supervisor._system import SupervisorActor
 from tests.actor_support import WAIT, Background, Events, FakeClock, Wire, registry, settle
 
 THREADS, PER_THREAD = 8, 40

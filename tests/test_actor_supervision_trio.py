@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import trio
 
+from actors._commands import LifecycleEvent
 from actors._errors import SessionCrashedError, SessionFailedError
-from actors._messages import LifecycleEvent
 from supervisor._faults import FaultPlan
 from supervisor._policy import RestartPolicy
 from tests.trio_support import LIMIT, Events, FakeClock, Wire, gone, registry

@@ -6,8 +6,8 @@ import logging
 
 import pytest
 
+from actors._commands import LifecycleEvent
 from actors._errors import SessionCrashedError
-from actors._messages import LifecycleEvent
 from supervisor._faults import FaultPlan, InjectedFaultError
 from tests.actor_support import Events, Wire, activation, registry
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from actors._commands import Acknowledge, HasAttachment, IsCurrentAttachment, ReleaseAttachment
 from actors._errors import JournalGapError
-from actors._messages import Acknowledge, HasAttachment, IsCurrentAttachment, ReleaseAttachment
 from tests.actor_support import (
     WAIT,
     Background,

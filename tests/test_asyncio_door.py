@@ -1,4 +1,4 @@
-"""The asyncio front door (``supervisor._asyncio_registry.open_session_registry``).
+"""The asyncio front door (``supervisor.doors._asyncio.open_session_registry``).
 
 Strict input, send timeouts, hung transports that stall nobody else,
 cancellation rollback, ``send_event_nowait`` order, backpressure, transport
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from actors._messages import ResumeResult
+from actors._commands import ResumeResult
 from supervisor import (
     InvalidInputError,
     InvalidPayloadError,
@@ -23,8 +23,8 @@ from supervisor import (
     RegistryClosedError,
     SendTimeoutError,
 )
-from supervisor._asyncio_registry import AsyncioSessionRegistry
 from supervisor._faults import FaultPlan
+from supervisor.doors._asyncio import AsyncioSessionRegistry
 from tests.asyncio_support import (
     Events,
     TokenCatcher,

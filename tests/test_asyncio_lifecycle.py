@@ -8,8 +8,8 @@ import pytest
 
 from actors._ports import NO_WAITER
 from supervisor import InvalidResumeTokenError, SessionError
-from supervisor._asyncio_registry import AsyncioSessionRegistry
 from supervisor._faults import FaultPlan
+from supervisor.doors._asyncio import AsyncioSessionRegistry
 from tests.asyncio_support import Events, TokenCatcher, Wire, door, duplex_threads, run, spin
 
 

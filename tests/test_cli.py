@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 import trio
 
-from supervisor._actor import DEFAULT_PASSIVATE_AFTER_S
-from supervisor._cli import _gateway_config
-from supervisor._cli_flags import SECRET_ENV, parser
-from supervisor._demo_processes import reap
+from supervisor._system import DEFAULT_PASSIVATE_AFTER_S
+from supervisor.cli._commands import _gateway_config
+from supervisor.cli._demo_processes import reap
+from supervisor.cli._flags import SECRET_ENV, parser
+from supervisor.cli._wire_client import WireClient
 from supervisor.gateway._registry import registry_options_for
 from supervisor.gateway._server import GatewayConfig
-from supervisor.gateway._wire_client import WireClient
 from tests.gateway_support import LIMIT, read_until, read_until_closed, running_gateway
 
 MODULE = [sys.executable, "-m", "supervisor"]
@@ -178,7 +178,9 @@ def test_settings_the_gateway_refuses_exit_2_with_a_message() -> None:
 )
 def test_an_asgi_server_not_installed_is_named_not_a_traceback(server: str, module: str) -> None:
     # `pip install .` leaves the ASGI servers out; the process sees no such module.
-    hide = f"import sys; sys.modules[{module!r}] = None; from supervisor._cli import main; "
+    hide = (
+        f"import sys; sys.modules[{module!r}] = None; from supervisor.cli._commands import main; "
+    )
     command = [sys.executable, "-c", hide + "sys.exit(main(sys.argv[1:]))"]
     result = _run("serve", "--server", server, "--port", "0", command=command)
     assert result.returncode == 2, result.stderr

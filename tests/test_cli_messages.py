@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor._cli_flags import parser
+from supervisor.cli._flags import parser
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -31,7 +31,7 @@ def _run(
         "import sys\n"
         f"for name in {without!r}:\n"
         "    sys.modules[name] = None  # import and find_spec now say: not installed\n"
-        "from supervisor._cli import main\n"
+        "from supervisor.cli._commands import main\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )
     return subprocess.run(  # noqa: S603 - our own interpreter and program
@@ -193,7 +193,7 @@ def test_hypercorn_on_a_busy_port_says_so_before_anything_else() -> None:
 async def test_a_child_server_that_did_not_start_is_said_with_one_prefix() -> None:
     import trio.testing
 
-    from supervisor._demo_processes import listening_url
+    from supervisor.cli._demo_processes import listening_url
 
     send, receive = trio.testing.memory_stream_one_way_pair()
     await send.send_all(b"duplex-supervisor: 127.0.0.1:8765: Address already in use\n")

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from actors import _messages as m
+from actors import _commands as m
 from actors._credential import ResumeToken
 from actors._errors import InvalidInputError
 from actors._journal import JournalEntry

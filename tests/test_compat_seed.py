@@ -15,12 +15,11 @@ from typing import Any
 
 import pytest
 
+import actors._commands
 import actors._credential
 import actors._errors
 import actors._journal
-import actors._messages
 from supervisor import compat
-from supervisor._asyncio_registry import AsyncioSessionRegistry
 from supervisor.compat import (
     DuplexDetachedAttachment,
     DuplexSessionAttachmentCreated,
@@ -29,6 +28,7 @@ from supervisor.compat import (
     JournalEntry,
     ResumeToken,
 )
+from supervisor.doors._asyncio import AsyncioSessionRegistry
 from tests.asyncio_support import FakeClock, Wire, run, seed_registry
 
 #: The seed module's public names and the class of ours each must be (or subclass).
@@ -37,11 +37,11 @@ SEED_NAMES: dict[str, type] = {
     "DuplexJournalGapError": actors._errors.JournalGapError,
     "DuplexJournalOverflowError": actors._errors.JournalOverflowError,
     "DuplexResumeCredential": actors._credential.ResumeCredential,
-    "DuplexSessionAttachmentCreated": actors._messages.SessionCreated,
-    "DuplexDetachedAttachment": actors._messages.DetachedAttachment,
+    "DuplexSessionAttachmentCreated": actors._commands.SessionCreated,
+    "DuplexDetachedAttachment": actors._commands.DetachedAttachment,
     "DuplexSessionAttachmentRegistry": AsyncioSessionRegistry,
-    "DuplexSessionResumeResult": actors._messages.ResumeResult,
-    "DuplexTransportAttachment": actors._messages.TransportAttachment,
+    "DuplexSessionResumeResult": actors._commands.ResumeResult,
+    "DuplexTransportAttachment": actors._commands.TransportAttachment,
     "InvalidResumeTokenError": actors._errors.InvalidResumeTokenError,
     "JournalEntry": actors._journal.JournalEntry,
     "ResumeToken": actors._credential.ResumeToken,

@@ -1,5 +1,5 @@
 """``demo --redis cluster-local``: gateway processes on a private Redis Cluster
-whose busiest primary is SIGKILLed halfway (supervisor/_demo_cluster.py).
+whose busiest primary is SIGKILLed halfway (supervisor/cli/_demo_cluster.py).
 
 The demo runs start real processes and a real cluster (skipped without
 redis-server and redis-cli, failed instead under ``DUPLEX_REQUIRE_REDIS=1``);
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from supervisor._demo_cluster import ClusterFigures
-from supervisor._local_redis_cluster import slot_of_session
-from supervisor.gateway._chaos import ChaosReport, ClientReport
+from supervisor.cli._chaos import ChaosReport, ClientReport
+from supervisor.cli._demo_cluster import ClusterFigures
+from supervisor.cli._local_redis_cluster import slot_of_session
 from tests.redis_support import redis_binary
 from tests.test_cli import _run
 from tests.test_redis_demo import redis_servers

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from supervisor._demo_processes import reap
+from supervisor.cli._demo_processes import reap
 from supervisor.gateway._demo_page import client_module_source
 from tests.attack_support import http_get, server_process
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import trio
 
-from supervisor.gateway._wire_client import WireClient
+from supervisor.cli._wire_client import WireClient
 from tests.engine_worker_support import MODULE, VISIBILITY_S, plain_redis, worker_pids, workers
 from tests.gateway_support import LIMIT, Frame, read_until
 from tests.redis_support import RedisServer

@@ -16,10 +16,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from actors._credential import ResumeToken
-from actors._errors import SessionError
-from actors._journal import JournalEntry
-from actors._messages import (
+from actors._commands import (
     AbortResume,
     Acknowledge,
     ActivationOutcome,
@@ -36,6 +33,9 @@ from actors._messages import (
     SettleLeaseGeneration,
     Tick,
 )
+from actors._credential import ResumeToken
+from actors._errors import SessionError
+from actors._journal import JournalEntry
 from actors._state import FAILPOINTS
 from tests.helpers import World, activation_payload, auth, ok, open_world, resume_command
 

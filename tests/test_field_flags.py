@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from supervisor._cli import _chaos_config, _engine_config, _gateway_config
-from supervisor._cli_flags import SECRET_ENV, parser
-from supervisor.gateway._chaos import ChaosConfig
+from supervisor.cli._chaos import ChaosConfig
+from supervisor.cli._commands import _chaos_config, _engine_config, _gateway_config
+from supervisor.cli._flags import SECRET_ENV, parser
 from supervisor.gateway._config import GatewayConfig
 from supervisor.gateway._engine import EngineConfig
 from supervisor.gateway._flag_spec import (

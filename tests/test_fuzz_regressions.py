@@ -24,9 +24,9 @@ import pytest
 import trio
 
 from supervisor._faults import FaultPlan
+from supervisor.cli._wire_client import WireClient
 from supervisor.gateway._engine import EngineConfig
 from supervisor.gateway._server import Gateway, GatewayConfig
-from supervisor.gateway._wire_client import WireClient
 from tests.soak_support import (
     Frame,
     contiguous,

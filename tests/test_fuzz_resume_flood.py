@@ -21,9 +21,9 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from supervisor.cli._wire_client import WireClient
 from supervisor.gateway._engine import EngineConfig
 from supervisor.gateway._server import GatewayConfig
-from supervisor.gateway._wire_client import WireClient
 from tests.soak_support import (
     BackgroundGateway,
     Frame,

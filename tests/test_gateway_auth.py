@@ -9,10 +9,10 @@ from collections.abc import AsyncIterator
 import trio
 
 from supervisor import RegistryOptions
+from supervisor.cli._wire_client import WireClient
 from supervisor.gateway import Gateway, GatewayConfig, Handshake, Unauthorized, serve_gateway
 from supervisor.gateway._auth import Authenticate
 from supervisor.gateway._engine import DemoEngine, EngineConfig
-from supervisor.gateway._wire_client import WireClient
 from tests.gateway_support import LIMIT, errors, read_until, read_until_closed, seqs
 
 

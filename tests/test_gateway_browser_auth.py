@@ -8,9 +8,9 @@ import logging
 import pytest
 import trio
 
+from supervisor.cli._wire_client import WireClient
 from supervisor.gateway import GatewayConfig, bearer_secret
 from supervisor.gateway._logs import redact_query_strings
-from supervisor.gateway._wire_client import WireClient
 from tests.gateway_support import LIMIT, errors, read_until_closed
 from tests.test_gateway_auth import gateway
 

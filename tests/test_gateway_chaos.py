@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import trio
 
-from supervisor.gateway._chaos import ChaosConfig, run_chaos
+from supervisor.cli._chaos import ChaosConfig, run_chaos
 from supervisor.gateway._engine import EngineConfig
 from supervisor.gateway._server import GatewayConfig
 from tests.gateway_support import LIMIT, running_gateway

@@ -5,9 +5,9 @@ from __future__ import annotations
 import trio
 
 from supervisor._faults import FaultPlan
+from supervisor.cli._wire_client import WireClient
 from supervisor.gateway._protocol import CLOSE_CODES
 from supervisor.gateway._server import GatewayConfig, serve_gateway
-from supervisor.gateway._wire_client import WireClient
 from tests.gateway_support import LIMIT, read_until, read_until_closed, seqs
 
 

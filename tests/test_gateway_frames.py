@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 import trio
 
+from supervisor.cli._wire_client import WireClient
 from supervisor.gateway._engine import EngineConfig
 from supervisor.gateway._protocol import CLOSE_CODES
 from supervisor.gateway._server import GatewayConfig
-from supervisor.gateway._wire_client import WireClient
 from tests.gateway_support import (
     LIMIT,
     Frame,

@@ -15,10 +15,10 @@ import pytest
 import trio
 
 from supervisor import RegistryOptions
+from supervisor.cli._wire_client import WireClient
 from supervisor.gateway import DemoEngine, EngineConfig, Gateway, GatewayConfig, serve_gateway
 from supervisor.gateway._engine import EngineSession
 from supervisor.gateway._servers import log_stats
-from supervisor.gateway._wire_client import WireClient
 from tests.gateway_support import (
     LIMIT,
     reading_nothing,

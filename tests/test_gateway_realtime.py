@@ -13,13 +13,13 @@ from pathlib import Path
 import trio
 import trio.testing
 
-from supervisor._memory_store import MemoryStore
 from supervisor._options import RegistryOptions
+from supervisor.cli._wire_client import WireClient
 from supervisor.gateway._engine import ClientEvent, DemoEngine, EngineConfig, EngineSession
 from supervisor.gateway._protocol import binary_event
 from supervisor.gateway._server import Gateway, GatewayConfig, serve_gateway
 from supervisor.gateway._sessions import _Inbox
-from supervisor.gateway._wire_client import WireClient
+from supervisor.stores._memory import MemoryStore
 from tests.gateway_support import (
     LIMIT,
     read_until,

@@ -18,8 +18,8 @@ import trio
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from supervisor.gateway._chaos import ChaosConfig, run_chaos
-from supervisor.gateway._wire_client import WireClient, WireRejectedError
+from supervisor.cli._chaos import ChaosConfig, run_chaos
+from supervisor.cli._wire_client import WireClient, WireRejectedError
 from tests.attack_support import ServerProcess, http_get, make_certificate, server_process
 from tests.gateway_support import Frame, contiguous, read_until, read_until_closed, seq_of
 

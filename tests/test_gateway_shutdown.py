@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import trio
 
+from supervisor.cli._wire_client import WireClient
 from supervisor.gateway._engine import EngineConfig, EngineSession
 from supervisor.gateway._server import Gateway, GatewayConfig, serve_gateway
-from supervisor.gateway._wire_client import WireClient
 from tests.gateway_support import (
     LIMIT,
     RATE_HZ,

@@ -18,12 +18,12 @@ from contextlib import asynccontextmanager
 
 import trio
 
-from supervisor._memory_store import MemoryStore
 from supervisor._options import RegistryOptions
+from supervisor.cli._wire_client import WireClient
 from supervisor.gateway._auth import Handshake
 from supervisor.gateway._engine import DemoEngine, Engine, EngineConfig, EngineSession
 from supervisor.gateway._server import Gateway, GatewayConfig, serve_gateway
-from supervisor.gateway._wire_client import WireClient
+from supervisor.stores._memory import MemoryStore
 from tests.gateway_support import LIMIT, errors, read_until, read_until_closed, seqs
 from tests.test_store_lost_doors import lose_writes_after
 

@@ -20,10 +20,10 @@ import trio
 from actors._store import Commit
 from supervisor._faults import FaultPlan
 from supervisor._options import RegistryOptions
+from supervisor.cli._wire_client import WireClient
 from supervisor.gateway._auth import Authenticate, Handshake
 from supervisor.gateway._engine import EngineConfig
 from supervisor.gateway._server import Gateway, GatewayConfig, serve_gateway
-from supervisor.gateway._wire_client import WireClient
 from supervisor.redis_store import RedisStore
 from tests.gateway_support import read_until, read_until_closed
 from tests.redis_support import RedisServer

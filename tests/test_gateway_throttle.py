@@ -8,9 +8,9 @@ import logging
 import pytest
 import trio
 
+from supervisor.cli._wire_client import WireClosedError
 from supervisor.gateway._protocol import CLOSE_CODES
 from supervisor.gateway._server import GatewayConfig
-from supervisor.gateway._wire_client import WireClosedError
 from tests.gateway_support import (
     LIMIT,
     Opened,

@@ -164,7 +164,7 @@ def test_actors_never_imports_supervisor() -> None:
 def test_the_graph_knows_both_packages_and_the_gateway() -> None:
     graph = import_graph()
     assert {"actors", "actors._session", "supervisor", "supervisor.gateway._service"} <= set(graph)
-    assert "supervisor._actor" in graph["supervisor._async_door"]
+    assert "supervisor._system" in graph["supervisor.doors._door"]
 
 
 KNOWN = dict.fromkeys(["pkg", "pkg.a", "pkg.b", "pkg.sub", "pkg.sub.c"])

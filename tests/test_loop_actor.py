@@ -17,6 +17,7 @@ from typing import Any
 import pykka
 import trio
 
+from actors._commands import SendEvent
 from actors._loop_actor import (
     THROUGHPUT,
     LoopActor,
@@ -25,10 +26,9 @@ from actors._loop_actor import (
     leave_loop_thread,
 )
 from actors._mailbox import ClosableInbox
-from actors._messages import SendEvent
 from supervisor import ThreadSessionRegistry, open_asyncio_registry, open_session_registry
 from supervisor._faults import FaultPlan
-from supervisor._outbox import CoalescingPort
+from supervisor.doors._outbox import CoalescingPort
 from supervisor.testing import Wire
 from tests.helpers import ThreadReply
 

@@ -15,10 +15,10 @@ import pytest
 from hypothesis import settings
 
 from actors._errors import SessionCrashedError
-from supervisor._actor import SessionSystem, SupervisorActor
 from supervisor._faults import FaultPlan
 from supervisor._policy import RestartPolicy
-from supervisor._threads import ThreadSessionRegistry
+from supervisor._system import SessionSystem, SupervisorActor
+from supervisor.doors._threads import ThreadSessionRegistry
 from tests.helpers import ThreadReply
 from tests.model_machine import RegistryMachine
 from tests.model_support import (

@@ -16,7 +16,7 @@ from hypothesis import settings
 
 from supervisor._faults import FaultPlan
 from supervisor._policy import RestartPolicy
-from supervisor._trio_registry import TrioSessionRegistry, open_session_registry
+from supervisor.doors._trio import TrioSessionRegistry, open_session_registry
 from tests.model_machine import RegistryMachine
 from tests.model_support import (
     LIMIT,

@@ -15,7 +15,7 @@ import pytest
 from actors._errors import StoreUnavailableError
 from actors._ownership import StoreOwnership
 from actors._store import Commit, CommitAnswer, SessionStore
-from supervisor._memory_store import MemoryStore
+from supervisor.stores._memory import MemoryStore
 from tests.helpers import FakeClock
 from tests.test_redis_store import record
 

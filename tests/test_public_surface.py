@@ -18,6 +18,8 @@ API = Path(__file__).resolve().parent.parent / "docs" / "api.md"
 PACKAGES = ("supervisor", "actors", "supervisor.gateway")
 #: Public modules with a surface of their own (``__all__``) listed like a package's.
 LISTED_MODULES = ("supervisor.client",)
+#: Folders that only show the architecture: every module in them is internal.
+INTERNAL_FOLDERS = ("supervisor.doors", "supervisor.stores", "supervisor.cli")
 
 
 def _listed(package: str) -> set[str]:
@@ -63,7 +65,7 @@ def test_every_listed_name_is_rendered_in_the_reference(package: str) -> None:
 
 def test_the_trio_door_is_supervisor_open_session_registry() -> None:
     import supervisor
-    from supervisor._trio_registry import open_session_registry
+    from supervisor.doors._trio import open_session_registry
 
     assert supervisor.open_session_registry is open_session_registry
 
@@ -140,7 +142,7 @@ def _alias_docstrings(package: str) -> dict[str, bool]:
     """
     folder = Path(importlib.import_module(package).__file__ or "").parent
     found: dict[str, bool] = {}
-    for path in folder.glob("*.py"):
+    for path in folder.rglob("*.py"):
         body = ast.parse(path.read_text(encoding="utf-8")).body
         for statement, following in zip(body, [*body[1:], None], strict=True):
             targets = (
@@ -190,7 +192,7 @@ def test_every_implementation_module_is_private() -> None:
     """A module is public only if docs/api.md names it; the rest start with ``_``."""
     root = Path(__file__).resolve().parent.parent
     named = set(re.findall(r"`(supervisor(?:\.\w+)+)`", API.read_text(encoding="utf-8")))
-    for package in PACKAGES:
+    for package in PACKAGES + INTERNAL_FOLDERS:
         folder = root.joinpath(*package.split("."))
         for path in folder.glob("*.py"):
             dotted = f"{package}.{path.stem}"

@@ -21,7 +21,7 @@ PURE_MODULES = (
     "_transition",
     "_journal",
     "_credential",
-    "_messages",
+    "_commands",
     "_lifecycle",
     "_counters",
     "_store",
@@ -31,6 +31,9 @@ PURE_MODULES = (
     "_resume_rules",
     "_event_rules",
     "_attachment_rules",
+    "_fields",
+    "_errors",
+    "_ownership",
 )
 FORBIDDEN = frozenset({"pykka", "trio", "asyncio", "threading"})
 DYNAMIC_IMPORTERS = frozenset({"import_module", "__import__"})
@@ -111,10 +114,10 @@ def test_pure_modules_never_reach_the_actor_or_supervisor_layers() -> None:
 
 
 def test_closure_follows_the_core_through_the_package() -> None:
-    assert {"_journal", "_errors", "_credential", "_messages", "_transition"} <= set(
+    assert {"_journal", "_errors", "_credential", "_commands", "_transition"} <= set(
         closure("_state")
     )
-    assert {"_journal", "_credential"} <= set(closure("_messages"))
+    assert {"_journal", "_credential"} <= set(closure("_commands"))
 
 
 @pytest.mark.parametrize(
@@ -139,7 +142,7 @@ def test_the_checker_sees_forbidden_imports(source: str, expected: set[str]) -> 
     [
         ("from actors._journal import EventJournal", {"_journal"}),
         ("import actors._state", {"_state"}),
-        ("from actors import _messages, _errors", {"_messages", "_errors"}),
+        ("from actors import _commands, _errors", {"_commands", "_errors"}),
         ("from actors import logger", {"__init__"}),
         ("from . import _journal", {"_journal"}),
         ("from ._credential import ResumeToken", {"_credential"}),

@@ -15,7 +15,7 @@ import sys
 import pytest
 import trio
 
-from supervisor.gateway._wire_client import WireClient
+from supervisor.cli._wire_client import WireClient
 from tests.gateway_support import LIMIT, read_until
 from tests.redis_cluster_support import LocalCluster
 from tests.redis_support import RedisServer, free_port

@@ -19,9 +19,9 @@ import trio
 
 from actors._errors import SessionReplacedError, StoreUnavailableError
 from actors._store import Commit
-from supervisor._redis_cluster import where
 from supervisor.engine_bus import RedisEngineBus
 from supervisor.redis_store import RedisStore
+from supervisor.stores._redis_cluster import where
 from supervisor.testing import Wire
 from tests.redis_cluster_support import LocalCluster
 from tests.test_redis_committer import committer_of, registry_on

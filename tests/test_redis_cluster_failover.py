@@ -27,15 +27,15 @@ from pathlib import Path
 import pytest
 import redis
 
+from actors._commands import LifecycleEvent
 from actors._errors import (
     JournalGapError,
     SessionReplacedError,
     StoreUnavailableError,
     UnknownSessionError,
 )
-from actors._messages import LifecycleEvent
 from actors._store import Commit
-from supervisor._threads import ThreadSessionRegistry
+from supervisor.doors._threads import ThreadSessionRegistry
 from supervisor.redis_store import RedisStore
 from tests.redis_cluster_support import LocalCluster
 from tests.redis_support import RedisServer

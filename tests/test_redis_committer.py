@@ -21,15 +21,15 @@ import pytest
 import redis
 import trio
 
+from actors._commands import ResumeResult
 from actors._credential import token_digest
 from actors._errors import DuplicateSessionError, SessionReplacedError
-from actors._messages import ResumeResult
 from actors._store import Commit, StoredSession
 from supervisor import InvalidResumeTokenError, SessionCrashedError, StoreUnavailableError
-from supervisor._committer import StoreCommitter
-from supervisor._memory_store import MemoryStore
-from supervisor._trio_registry import TrioSessionRegistry, open_session_registry
+from supervisor.doors._trio import TrioSessionRegistry, open_session_registry
 from supervisor.redis_store import RedisStore
+from supervisor.stores._committer import StoreCommitter
+from supervisor.stores._memory import MemoryStore
 from supervisor.testing import Wire, registry_options
 from tests.redis_support import RedisServer
 from tests.test_redis_store import events, record

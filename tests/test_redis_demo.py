@@ -19,8 +19,8 @@ import trio
 from actors._store import input_key
 from benchmarks.common import QUICK
 from benchmarks.gateway import redis_store
-from supervisor._demo_processes import local_redis
-from supervisor.gateway._wire_client import WireClient
+from supervisor.cli._demo_processes import local_redis
+from supervisor.cli._wire_client import WireClient
 from supervisor.redis_store import RedisStore
 from tests.gateway_support import LIMIT, read_until
 from tests.redis_support import RedisServer, redis_binary

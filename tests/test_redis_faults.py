@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from supervisor._threads import ThreadSessionRegistry
+from supervisor.doors._threads import ThreadSessionRegistry
 from supervisor.redis_store import RedisStore
 from tests.redis_support import RedisServer
 

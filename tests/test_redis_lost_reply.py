@@ -21,13 +21,13 @@ from contextlib import asynccontextmanager
 import pytest
 import trio
 
+from actors._commands import ResumeResult
 from actors._credential import token_digest
 from actors._errors import RegistryClosedError, SessionReplacedError, StoreUnavailableError
-from actors._messages import ResumeResult
 from actors._store import Commit
-from supervisor import redis_store
-from supervisor._trio_registry import TrioSessionRegistry
+from supervisor.doors._trio import TrioSessionRegistry
 from supervisor.redis_store import RedisStore
+from supervisor.stores import _redis as redis_store
 from supervisor.testing import Wire
 from tests.redis_proxy import LossyProxy
 from tests.redis_support import RedisServer

@@ -34,8 +34,8 @@ from actors._store import (
     handled_client_seq,
     proves_token,
 )
-from supervisor._memory_store import MemoryStore
 from supervisor.redis_store import RedisStore
+from supervisor.stores._memory import MemoryStore
 from tests.redis_support import RedisServer, free_port
 
 
@@ -443,7 +443,7 @@ def test_renewals_sent_together_answer_each_lease(store: SessionStore) -> None:
 
 
 def test_renewals_of_more_sessions_than_one_pipeline_holds(redis_server: RedisServer) -> None:
-    from supervisor.redis_store import RENEW_BATCH
+    from supervisor.stores._redis import RENEW_BATCH
 
     store = RedisStore(redis_server.url)
     try:

@@ -17,20 +17,20 @@ from collections.abc import Iterator, Sequence
 import pytest
 import trio
 
+from actors._commands import LifecycleEvent
 from actors._errors import (
     InvalidResumeTokenError,
     SessionReplacedError,
     StoreUnavailableError,
     UnknownSessionError,
 )
-from actors._messages import LifecycleEvent
 from actors._store import SessionStore
 from supervisor import open_session_registry
-from supervisor._memory_store import MemoryStore
-from supervisor._threads import ThreadSessionRegistry
+from supervisor.doors._threads import ThreadSessionRegistry
 from supervisor.gateway import EngineSession
 from supervisor.gateway._sessions import EngineWork
 from supervisor.redis_store import RedisStore
+from supervisor.stores._memory import MemoryStore
 from supervisor.testing import FakeClock
 from tests.redis_cluster_support import LocalCluster
 from tests.redis_support import RedisServer

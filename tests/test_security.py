@@ -26,10 +26,10 @@ import trio
 from actors._credential import ResumeToken
 from actors._errors import InvalidResumeTokenError
 from actors._state import SessionState
-from supervisor._trio_registry import TrioSessionRegistry
+from supervisor.cli._wire_client import WireClient
+from supervisor.doors._trio import TrioSessionRegistry
 from supervisor.gateway._engine import EngineConfig
 from supervisor.gateway._server import Gateway, GatewayConfig
-from supervisor.gateway._wire_client import WireClient
 from tests.soak_support import (
     Frame,
     contiguous,

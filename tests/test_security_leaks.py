@@ -31,10 +31,10 @@ import pytest
 import trio
 
 from supervisor._faults import FaultPlan
-from supervisor.gateway._chaos import ChaosConfig, run_chaos
+from supervisor.cli._chaos import ChaosConfig, run_chaos
+from supervisor.cli._wire_client import WireClient, WireClosedError
 from supervisor.gateway._engine import EngineConfig
 from supervisor.gateway._server import Gateway, GatewayConfig
-from supervisor.gateway._wire_client import WireClient, WireClosedError
 from tests.soak_support import Frame, fresh_address, patched, record_figures, serving
 
 MODULES = ("actors", "supervisor", "pykka")

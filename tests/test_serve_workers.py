@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from supervisor._serve_workers import RestartBackoff, WorkerPool
+from supervisor.cli._serve_workers import RestartBackoff, WorkerPool
 from supervisor.gateway._servers import listening_socket
 from tests.gateway_support import contiguous, read_until_closed, seqs
 from tests.redis_support import RedisServer, redis_binary

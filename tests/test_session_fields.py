@@ -12,15 +12,15 @@ from typing import Any
 
 import pytest
 
+from actors._commands import ReleaseAttachment, Resume
 from actors._credential import token_digest
 from actors._fields import FIELD_NAMES, SessionFields, field_values
 from actors._journal import ParkedJournal
 from actors._lifecycle import ParkedSession
-from actors._messages import ReleaseAttachment, Resume
 from actors._state import SessionState
 from actors._store import SessionRecord, StoredSession, _same_fields, parked_from_store
-from supervisor.redis_store import _fields as redis_hash
-from supervisor.redis_store import _record as from_redis_hash
+from supervisor.stores._redis import _fields as redis_hash
+from supervisor.stores._redis import _record as from_redis_hash
 from tests.helpers import FakeClock, config, wire_close, wire_send
 
 #: A value for every field, none of them what a new session starts with (so a

@@ -39,7 +39,7 @@ import pytest
 import trio
 
 from supervisor._faults import FaultPlan
-from supervisor.gateway._chaos import ChaosConfig, ClientReport, run_chaos
+from supervisor.cli._chaos import ChaosConfig, ClientReport, run_chaos
 from supervisor.gateway._engine import EngineConfig
 from supervisor.gateway._server import Gateway, GatewayConfig
 from tests.soak_support import Sample, record_figures, sample_resources, serving

@@ -13,16 +13,7 @@ from typing import Any
 
 import pytest
 
-from actors._errors import (
-    InvalidInputError,
-    InvalidPayloadError,
-    InvalidSequenceError,
-    InvalidSessionIdError,
-    SessionError,
-    UnknownSessionError,
-)
-from actors._journal import JournalEntry
-from actors._messages import (
+from actors._commands import (
     Acknowledge,
     ActivationOutcome,
     AuthenticateResume,
@@ -44,6 +35,15 @@ from actors._messages import (
     Tick,
     TickResult,
 )
+from actors._errors import (
+    InvalidInputError,
+    InvalidPayloadError,
+    InvalidSequenceError,
+    InvalidSessionIdError,
+    SessionError,
+    UnknownSessionError,
+)
+from actors._journal import JournalEntry
 from actors._state import SessionConfig, SessionState
 from tests.helpers import (
     FakeClock,

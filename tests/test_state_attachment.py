@@ -8,7 +8,7 @@ move forward.
 
 from __future__ import annotations
 
-from actors._messages import (
+from actors._commands import (
     BeginResume,
     DetachedAttachment,
     EndResume,

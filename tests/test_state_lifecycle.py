@@ -5,16 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from actors._errors import InvalidResumeTokenError, JournalGapError, UnknownSessionError
-from actors._lifecycle import (
-    ACCEPTS,
-    ALL_COMMANDS,
-    UNKNOWN_SESSION_ANSWERS,
-    ResumeStash,
-    SessionPhase,
-    unknown_session_answer,
-)
-from actors._messages import (
+from actors._commands import (
     AbortResume,
     Acknowledge,
     ActivationOutcome,
@@ -29,6 +20,15 @@ from actors._messages import (
     SendEvent,
     SettleLeaseGeneration,
     Tick,
+)
+from actors._errors import InvalidResumeTokenError, JournalGapError, UnknownSessionError
+from actors._lifecycle import (
+    ACCEPTS,
+    ALL_COMMANDS,
+    UNKNOWN_SESSION_ANSWERS,
+    ResumeStash,
+    SessionPhase,
+    unknown_session_answer,
 )
 from actors._state import SessionState
 from supervisor._faults import FaultPlan, InjectedFaultError

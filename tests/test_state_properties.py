@@ -9,16 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from actors._errors import (
-    InvalidResumeTokenError,
-    InvalidSequenceError,
-    JournalGapError,
-    JournalOverflowError,
-    SessionError,
-    UnknownSessionError,
-)
-from actors._journal import EventJournal
-from actors._messages import (
+from actors._commands import (
     Acknowledge,
     ActivationOutcome,
     BeginResume,
@@ -36,6 +27,15 @@ from actors._messages import (
     SettleLeaseGeneration,
     Tick,
 )
+from actors._errors import (
+    InvalidResumeTokenError,
+    InvalidSequenceError,
+    JournalGapError,
+    JournalOverflowError,
+    SessionError,
+    UnknownSessionError,
+)
+from actors._journal import EventJournal
 from actors._state import SessionConfig, SessionState, Transition
 from tests.helpers import FakeClock, activation_payload, make_journal, wire_close, wire_send
 

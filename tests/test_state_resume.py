@@ -12,8 +12,7 @@ from typing import Any
 
 import pytest
 
-from actors._errors import InvalidResumeTokenError, InvalidSequenceError, JournalGapError
-from actors._messages import (
+from actors._commands import (
     AbortResume,
     Acknowledge,
     Activate,
@@ -29,6 +28,7 @@ from actors._messages import (
     SettleLeaseGeneration,
     TransportAttachment,
 )
+from actors._errors import InvalidResumeTokenError, InvalidSequenceError, JournalGapError
 from actors._state import Transition
 from tests.helpers import (
     World,

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from actors._commands import ReleaseAttachment, SendEvent
 from actors._errors import InvalidResumeTokenError, InvalidSequenceError, JournalGapError
 from actors._journal import MAX_SKIP_SEQUENCE
-from actors._messages import ReleaseAttachment, SendEvent
 from actors._state import SessionState
 from actors._store import StoredSession, parked_from_store, stored_event
 from tests.helpers import World, auth, config, fails, ok, open_world, resume, resume_command

@@ -22,7 +22,7 @@ import trio
 
 from actors._errors import JournalGapError
 from supervisor import ThreadSessionRegistry, open_asyncio_registry, open_session_registry
-from supervisor._memory_store import MemoryStore
+from supervisor.stores._memory import MemoryStore
 from supervisor.testing import registry_options
 
 SENT, KEPT = 5, 3

@@ -13,8 +13,8 @@ from typing import Any, Literal
 import pytest
 
 import actors._supervisor_machine as machine_module
+from actors._commands import ReleaseAttachment, SendEvent
 from actors._lifecycle import ParkedSession
-from actors._messages import ReleaseAttachment, SendEvent
 from actors._supervisor_machine import (
     AnswerClosed,
     CloseParked,

@@ -11,10 +11,10 @@ from functools import partial
 
 import pytest
 
+from actors._commands import LifecycleEvent
 from actors._errors import SendTimeoutError, SessionError, UnknownSessionError
-from actors._messages import LifecycleEvent
 from supervisor._faults import FaultPlan
-from supervisor._threads import ThreadSessionRegistry
+from supervisor.doors._threads import ThreadSessionRegistry
 from supervisor.testing import Wire
 
 WAIT = 10.0

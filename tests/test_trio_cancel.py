@@ -7,7 +7,7 @@ import trio
 import trio.testing
 
 from supervisor import InvalidResumeTokenError
-from supervisor._trio_registry import TrioSessionRegistry
+from supervisor.doors._trio import TrioSessionRegistry
 from tests.trio_support import LIMIT, Outcome, Wire, activation, registry, settled
 
 

@@ -12,7 +12,7 @@ import logging
 import pytest
 import trio
 
-from actors._messages import LifecycleEvent
+from actors._commands import LifecycleEvent
 from supervisor import FaultPlan
 from tests.trio_support import LIMIT, Wire, registry
 

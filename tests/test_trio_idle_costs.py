@@ -9,8 +9,8 @@ from collections import Counter
 
 import trio
 
-from supervisor._outbox import CoalescingPort
-from supervisor._trio_registry import LocalDrain
+from supervisor.doors._outbox import CoalescingPort
+from supervisor.doors._trio import LocalDrain
 from supervisor.testing import FakeClock
 from tests.trio_support import LIMIT, TokenCatcher, Wire, registry
 

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 import trio
 
-from actors._messages import DetachedAttachment
+from actors._commands import DetachedAttachment
 from supervisor import UnknownSessionError
-from supervisor._trio_registry import TrioSessionRegistry
+from supervisor.doors._trio import TrioSessionRegistry
 from tests.trio_support import LIMIT, Gate, TokenCatcher, Wire, registry, settled
 from tests.unknown_calls import ANSWERING, NOWHERE, RAISING, outcome
 

@@ -16,7 +16,7 @@ from supervisor import (
     RegistryClosedError,
     SendTimeoutError,
 )
-from supervisor._trio_registry import TrioSessionRegistry
+from supervisor.doors._trio import TrioSessionRegistry
 from tests.trio_support import (
     LIMIT,
     Events,

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 import trio
 
+from actors._commands import ResumeResult
 from actors._credential import ResumeToken
-from actors._messages import ResumeResult
 from supervisor import InvalidResumeTokenError
 from tests.trio_support import LIMIT, Outcome, Wire, activation, registry, settled
 

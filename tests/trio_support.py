@@ -17,9 +17,9 @@ from typing import Any
 import trio
 import trio.testing
 
+from actors._commands import LifecycleEvent
 from actors._credential import ResumeToken
-from actors._messages import LifecycleEvent
-from supervisor._trio_registry import TrioSessionRegistry, open_session_registry
+from supervisor.doors._trio import TrioSessionRegistry, open_session_registry
 from supervisor.testing import FakeClock as FakeClock
 from supervisor.testing import Gate as Gate
 from supervisor.testing import Wire as Wire

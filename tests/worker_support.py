@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 import trio
 
-from supervisor._demo_processes import reap
-from supervisor.gateway._wire_client import WireClient
+from supervisor.cli._demo_processes import reap
+from supervisor.cli._wire_client import WireClient
 from tests.gateway_support import Frame, read_until, read_until_closed, seqs
 from tests.test_cli import _env
 

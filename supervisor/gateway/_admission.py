@@ -36,7 +36,7 @@ from actors._errors import (
     StoreUnavailableError,
 )
 from actors._store import identity_fingerprint
-from supervisor._async_door import AsyncSessionRegistry
+from supervisor.doors._door import AsyncSessionRegistry
 from supervisor.gateway._auth import Authenticate, Handshake, Unauthorized
 from supervisor.gateway._config import GatewayConfig, GatewayCounters
 from supervisor.gateway._core import Throttles

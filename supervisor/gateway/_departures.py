@@ -24,8 +24,8 @@ from actors._errors import (
     SessionReplacedError,
     StoreUnavailableError,
 )
-from supervisor._async_door import AsyncSessionRegistry
 from supervisor._log_limit import LogLimiter
+from supervisor.doors._door import AsyncSessionRegistry
 from supervisor.gateway._config import GatewayCounters
 from supervisor.gateway._sessions import TaskSpawner
 

@@ -1,6 +1,6 @@
 """A config field's command-line flag, carried in the field's metadata so the
 field's default and the flag's help live in one place (the CLI builds the flag
-from it: ``supervisor._cli_flags.add_field_flags``). No argparse here: the
+from it: ``supervisor.cli._flags.add_field_flags``). No argparse here: the
 config modules that use it stay free of the command line."""
 
 from __future__ import annotations

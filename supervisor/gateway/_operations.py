@@ -28,7 +28,7 @@ from supervisor.gateway._config import GatewayConfig, GatewayCounters
 from supervisor.gateway._demo_page import demo_page_routes
 
 if TYPE_CHECKING:
-    from supervisor._async_door import AsyncSessionRegistry
+    from supervisor.doors._door import AsyncSessionRegistry
 
 __all__ = ["CONTENT_TYPE", "GatewayMetrics", "http_routes", "serve_operations"]
 

@@ -19,10 +19,10 @@ from typing import Any
 
 import sniffio
 
-from actors._messages import LifecycleEvent
-from supervisor._async_door import AsyncSessionRegistry
+from actors._commands import LifecycleEvent
 from supervisor._faults import FaultPlan
 from supervisor._options import RegistryOptions
+from supervisor.doors._door import AsyncSessionRegistry
 from supervisor.gateway._config import GatewayConfig
 
 __all__ = ["open_registry", "registry_options_for"]
@@ -69,12 +69,12 @@ async def open_registry(
     fields: dict[str, Any] = {f.name: getattr(chosen, f.name) for f in dataclasses.fields(chosen)}
     library = sniffio.current_async_library()
     if library == "trio":
-        from supervisor._trio_registry import open_session_registry as open_trio  # noqa: PLC0415
+        from supervisor.doors._trio import open_session_registry as open_trio  # noqa: PLC0415
 
         async with open_trio(**fields) as registry:
             yield registry
     elif library == "asyncio":
-        from supervisor._asyncio_registry import (  # noqa: PLC0415
+        from supervisor.doors._asyncio import (  # noqa: PLC0415
             open_session_registry as open_asyncio,
         )
 

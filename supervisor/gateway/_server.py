@@ -26,11 +26,11 @@ from typing import cast
 
 import trio
 
-from actors._messages import LifecycleEvent
-from supervisor._async_door import AsyncSessionRegistry
+from actors._commands import LifecycleEvent
 from supervisor._faults import FaultPlan
 from supervisor._log_limit import LogLimiter
 from supervisor._options import RegistryOptions
+from supervisor.doors._door import AsyncSessionRegistry
 from supervisor.gateway._auth import Authenticate, Handshake, TrustedProxies, client_address
 from supervisor.gateway._config import GatewayConfig, GatewayCounters
 from supervisor.gateway._engine import DemoEngine, Engine, EngineConfig

@@ -24,15 +24,15 @@ from typing import Protocol
 import anyio
 import anyio.abc
 
+from actors._commands import LifecycleEvent
 from actors._errors import (
     InvalidSequenceError,
     SessionError,
     SessionReplacedError,
     StoreUnavailableError,
 )
-from actors._messages import LifecycleEvent
-from supervisor._async_door import AsyncSessionRegistry
 from supervisor._log_limit import LogLimiter
+from supervisor.doors._door import AsyncSessionRegistry
 from supervisor.gateway._admission import Admission, Close, Send, store_unavailable
 from supervisor.gateway._auth import Authenticate, Handshake
 from supervisor.gateway._config import GatewayConfig, GatewayCounters

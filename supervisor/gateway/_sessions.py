@@ -52,7 +52,7 @@ from actors._errors import (
     StoreUnavailableError,
 )
 from actors._store import input_key
-from supervisor._async_door import AsyncSessionRegistry
+from supervisor.doors._door import AsyncSessionRegistry
 from supervisor.gateway._core import ClientSequence, InputLedger, InputVerdict, SequenceVerdict
 from supervisor.gateway._engine import (
     ClientEvent,

@@ -42,10 +42,10 @@ import anyio
 import anyio.abc
 import sniffio
 
-from actors._messages import LifecycleEvent
-from supervisor._async_door import AsyncSessionRegistry
+from actors._commands import LifecycleEvent
 from supervisor._faults import FaultPlan
 from supervisor._options import RegistryOptions
+from supervisor.doors._door import AsyncSessionRegistry
 from supervisor.gateway._auth import Authenticate, Handshake, TrustedProxies, client_address
 from supervisor.gateway._config import GatewayConfig
 from supervisor.gateway._core import TransportClosedError

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from supervisor.gateway._chaos import ChaosConfig
+from supervisor.cli._chaos import ChaosConfig
 from supervisor.gateway._config import GatewayConfig
 from supervisor.gateway._engine import EngineConfig
 from supervisor.gateway._flag_spec import flag_dest, flag_fields, flag_name, help_text

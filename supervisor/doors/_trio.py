@@ -22,13 +22,13 @@ from typing import Any, Unpack
 import outcome
 import trio
 
-from actors._messages import CloseCallable, SendCallable
+from actors._commands import CloseCallable, SendCallable
 from actors._ports import NO_WAITER
-from supervisor._async_door import AsyncSessionRegistry
-from supervisor._door_calls import LoopReply
 from supervisor._options import RegistryOptions, RegistryOptionsDict
-from supervisor._outbox import CoalescingPort, OutboxCore, TrioOutbox
-from supervisor._send_watchdog import ParkedTask, SendWatchdog
+from supervisor.doors._door import AsyncSessionRegistry
+from supervisor.doors._door_calls import LoopReply
+from supervisor.doors._outbox import CoalescingPort, OutboxCore, TrioOutbox
+from supervisor.doors._send_watchdog import ParkedTask, SendWatchdog
 
 __all__ = ["TrioSessionRegistry", "open_session_registry", "serve_registry"]
 

@@ -20,12 +20,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, Unpack
 
-from actors._messages import CloseCallable, SendCallable
+from actors._commands import CloseCallable, SendCallable
 from actors._ports import NO_WAITER
-from supervisor._async_door import AsyncSessionRegistry
-from supervisor._door_calls import LoopReply
 from supervisor._options import RegistryOptions, RegistryOptionsDict
-from supervisor._outbox import AsyncioOutbox, CoalescingPort, OutboxCore
+from supervisor.doors._door import AsyncSessionRegistry
+from supervisor.doors._door_calls import LoopReply
+from supervisor.doors._outbox import AsyncioOutbox, CoalescingPort, OutboxCore
 
 __all__ = ["AsyncioSessionRegistry", "open_session_registry"]
 

@@ -44,9 +44,9 @@ from dataclasses import dataclass, field
 import trio
 
 from supervisor._client_policy import ACKED_WINDOW
+from supervisor.cli._wire_client import WireClient, WireClosedError, WireRejectedError
 from supervisor.gateway._flag_spec import flag
 from supervisor.gateway._protocol import binary_event
-from supervisor.gateway._wire_client import WireClient, WireClosedError, WireRejectedError
 
 __all__ = [
     "STORE_GIVE_UP_S",

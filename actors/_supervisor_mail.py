@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from actors._commands import CloseCallable, Command, SendCallable
 from actors._lifecycle import unknown_session_answer
 from actors._mailbox import SessionMailbox
-from actors._messages import CloseCallable, Command, SendCallable
 from actors._ports import Outbox, Reply
 from actors._store import StoredSession
 

@@ -22,11 +22,11 @@ from dataclasses import dataclass
 
 import trio
 
-from supervisor._cli_flags import SECRET_ENV
-from supervisor._demo_processes import LOCAL_REDIS, local_redis
+from supervisor.cli._chaos import ChaosConfig, ChaosReport
+from supervisor.cli._demo_processes import LOCAL_REDIS, local_redis
+from supervisor.cli._flags import SECRET_ENV
 from supervisor.engine_bus import RedisEngineBus
 from supervisor.gateway._bus_engine import BusEngine
-from supervisor.gateway._chaos import ChaosConfig, ChaosReport
 from supervisor.gateway._server import Gateway, GatewayConfig, serve_gateway
 
 __all__ = ["WorkerFigures", "run_workers_demo", "worker_command"]

@@ -26,11 +26,11 @@ from typing import Any, Literal
 import outcome
 import trio
 
+from actors._commands import Activate, CloseCallable, Deliver, LifecycleEvent, SendCallable
 from actors._errors import ActivationAbortedError, SendTimeoutError
-from actors._messages import Activate, CloseCallable, Deliver, LifecycleEvent, SendCallable
 from actors._ports import Delivery, delivery_frames, settle_delivered, settle_dropped, settle_failed
 from supervisor._faults import FaultPlan
-from supervisor._send_watchdog import ParkedTask, SendWatchdog
+from supervisor.doors._send_watchdog import ParkedTask, SendWatchdog
 
 __all__ = ["AsyncioOutbox", "BlockingTrioOutbox", "CoalescingPort", "OutboxCore", "TrioOutbox"]
 

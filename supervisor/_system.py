@@ -15,10 +15,10 @@ this module carries out); session actors carry out:
   applies `RestartPolicy`: restart now, restart when
   a backoff timer of its own fires, or close the session; past the
   registry-wide limit it escalates (the registry is reported unhealthy and
-  crashing sessions are closed). Carried out by `supervisor._restarts`.
+  crashing sessions are closed). Carried out by `supervisor._system_restarts`.
 * **The store.** With a store, a resume for a session this process does not
   hold takes it over from there, and each sweep renews this process's
-  leases (`supervisor._leases`).
+  leases (`supervisor._system_leases`).
 * **Passivation.** On each sweep the supervisor proposes parking to detached
   sessions; a parked session's next message wakes the supervisor, which starts
   a new actor from the parked data. A sweep prunes and expires parked
@@ -44,15 +44,7 @@ from typing import Any
 
 import pykka
 
-from actors._errors import (
-    DuplicateSessionError,
-    RegistryClosedError,
-    SessionCrashedError,
-)
-from actors._lifecycle import ParkedSession
-from actors._loop_actor import LoopActor, enter_loop_thread, leave_loop_thread
-from actors._mailbox import InboxClosedError, MailboxPhase, SessionMailbox
-from actors._messages import (
+from actors._commands import (
     AuthenticateResume,
     CloseCallable,
     Command,
@@ -61,6 +53,14 @@ from actors._messages import (
     SendCallable,
     Tick,
 )
+from actors._errors import (
+    DuplicateSessionError,
+    RegistryClosedError,
+    SessionCrashedError,
+)
+from actors._lifecycle import ParkedSession
+from actors._loop_actor import LoopActor, enter_loop_thread, leave_loop_thread
+from actors._mailbox import InboxClosedError, MailboxPhase, SessionMailbox
 from actors._ownership import StoreOwnership
 from actors._ports import LoopPort, Outbox, Reply
 from actors._session import (
@@ -84,12 +84,9 @@ from actors._supervisor_machine import (
     PruneParked,
     SupervisorMachine,
 )
-from supervisor._committer import StoreCommitter
 from supervisor._faults import FaultPlan
-from supervisor._leases import Leases
 from supervisor._policy import RestartPolicy
-from supervisor._restarts import Restarts, answer_closed
-from supervisor._supervision import (
+from supervisor._system_books import (
     MESSAGES,
     Adopt,
     Adopted,
@@ -110,6 +107,9 @@ from supervisor._supervision import (
     Timers,
     Wake,
 )
+from supervisor._system_leases import Leases
+from supervisor._system_restarts import Restarts, answer_closed
+from supervisor.stores._committer import StoreCommitter
 
 __all__ = ["DEFAULT_PASSIVATE_AFTER_S", "RegistryStats", "SessionSystem", "SupervisorActor"]
 
@@ -223,8 +223,8 @@ class SessionSystem:
     write there: only create, close and departure do.
 
     Its collaborators carry out the rest: ``restarts`` the crash and health
-    decisions (`supervisor._restarts`), ``leases`` the store's side
-    (takeovers, lease renewals: `supervisor._leases`, through
+    decisions (`supervisor._system_restarts`), ``leases`` the store's side
+    (takeovers, lease renewals: `supervisor._system_leases`, through
     `actors._ownership.StoreOwnership`).
     """
 

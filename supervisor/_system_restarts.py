@@ -14,11 +14,10 @@ import contextlib
 from collections.abc import Callable
 from typing import Protocol
 
+from actors._commands import LifecycleEvent
 from actors._errors import RegistryClosedError, SessionFailedError
 from actors._held import answer_held
-from actors._mail import Call, FailSession, Restart
 from actors._mailbox import InboxClosedError, SessionMailbox
-from actors._messages import LifecycleEvent
 from actors._supervisor_machine import (
     CloseParked,
     Escalate,
@@ -28,7 +27,8 @@ from actors._supervisor_machine import (
     RestartNow,
     SupervisorMachine,
 )
-from supervisor._supervision import Books, Crashed, Proceed, Timers, Wake
+from actors._supervisor_mail import Call, FailSession, Restart
+from supervisor._system_books import Books, Crashed, Proceed, Timers, Wake
 
 __all__ = ["Restarts", "RestartsHost", "answer_closed"]
 
@@ -44,7 +44,7 @@ def answer_closed(mailbox: SessionMailbox, *, failed: bool = False) -> None:
 
 
 class RestartsHost(Protocol):
-    """The supervisor as `Restarts` sees it (`supervisor._actor.SessionSystem`)."""
+    """The supervisor as `Restarts` sees it (`supervisor._system.SessionSystem`)."""
 
     machine: SupervisorMachine[Call]
     books: Books

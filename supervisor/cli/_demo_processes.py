@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import trio
 
-from supervisor._cli_flags import SECRET_ENV
-from supervisor.gateway._chaos import ChaosConfig, ChaosReport, Targets
+from supervisor.cli._chaos import ChaosConfig, ChaosReport, Targets
+from supervisor.cli._flags import SECRET_ENV
 
 __all__ = [
     "LOCAL_REDIS",

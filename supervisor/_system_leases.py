@@ -20,16 +20,16 @@ from __future__ import annotations
 import logging
 from typing import Protocol, cast
 
+from actors._commands import AuthenticateResume, LifecycleEvent, Resume
 from actors._errors import InvalidResumeTokenError, StoreError
 from actors._lifecycle import ParkedSession
-from actors._mail import Call, Replaced, answer_unknown
 from actors._mailbox import InboxClosedError, SessionMailbox
-from actors._messages import AuthenticateResume, LifecycleEvent, Resume
 from actors._ownership import Renewals, StoreOwnership, Takeover
 from actors._ports import Reply
 from actors._store import parked_from_store
 from actors._supervisor_machine import SupervisorMachine, TakeOver, WaitForTakeover
-from supervisor._supervision import Adopt, Adopted, Books, LeasesRenewed
+from actors._supervisor_mail import Call, Replaced, answer_unknown
+from supervisor._system_books import Adopt, Adopted, Books, LeasesRenewed
 
 __all__ = ["Leases", "LeasesHost"]
 
@@ -37,7 +37,7 @@ logger = logging.getLogger("duplex_supervisor.supervisor")
 
 
 class LeasesHost(Protocol):
-    """The supervisor as `Leases` sees it (`supervisor._actor.SessionSystem`)."""
+    """The supervisor as `Leases` sees it (`supervisor._system.SessionSystem`)."""
 
     machine: SupervisorMachine[Call]
     books: Books

@@ -5,7 +5,7 @@ at most ``max_pending_per_session`` calls in flight per session (a caller
 past it waits for room) and coalesces the ``send_event_nowait`` events of
 one loop tick into one message per session, flushed before any other call
 to that session so per-session order holds. Every door
-(`supervisor._async_door.AsyncSessionRegistry`, and through it the thread
+(`supervisor.doors._door.AsyncSessionRegistry`, and through it the thread
 door) sends its calls through one.
 """
 
@@ -15,10 +15,10 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from actors._messages import Command, LifecycleEvent, SendEvent, SendEvents
+from actors._commands import Command, LifecycleEvent, SendEvent, SendEvents
 from actors._ports import NoWaiter
-from supervisor._actor import SessionSystem
-from supervisor._outbox import CoalescingPort
+from supervisor._system import SessionSystem
+from supervisor.doors._outbox import CoalescingPort
 
 __all__ = ["LoopReply", "SessionCalls", "report_refused"]
 

@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 
 import trio
 
-from supervisor._demo_processes import LOCAL_REDIS, local_redis
 from supervisor._extras import require
+from supervisor.cli._demo_processes import LOCAL_REDIS, local_redis
 from supervisor.gateway._servers import NEEDS, SERVER_ALIASES, listening_socket
 
 __all__ = [

@@ -33,13 +33,13 @@ from dataclasses import dataclass, field
 
 import trio
 
-from supervisor._demo_processes import gateway_processes, serve_command
-from supervisor._local_redis_cluster import (
+from supervisor.cli._chaos import ChaosConfig, ChaosReport, Targets
+from supervisor.cli._demo_processes import gateway_processes, serve_command
+from supervisor.cli._local_redis_cluster import (
     LocalRedisCluster,
     local_redis_cluster,
     slot_of_session,
 )
-from supervisor.gateway._chaos import ChaosConfig, ChaosReport, Targets
 
 __all__ = ["DEFAULT_PROCESSES", "ClusterFigures", "run_cluster_demo"]
 

@@ -1,6 +1,6 @@
 """The calls a gateway makes around a resume and an engine lease, beyond the seed.
 
-Part of `supervisor._async_door.AsyncSessionRegistry`'s surface (the
+Part of `supervisor.doors._door.AsyncSessionRegistry`'s surface (the
 README's *Engine leases*): the claim an activation holds while the engine's
 lease moves (``begin_resume``/``end_resume``), who owns a lease generation
 (``settle_lease_generation``, ``release_attachment``), which connection is
@@ -10,7 +10,7 @@ resume the client may never have seen (``abandon_resume``).
 
 from __future__ import annotations
 
-from actors._messages import (
+from actors._commands import (
     AbortResume,
     BeginResume,
     DetachedAttachment,
@@ -20,8 +20,8 @@ from actors._messages import (
     ReleaseAttachment,
     SettleLeaseGeneration,
 )
-from supervisor._door_loop import LoopDoor
 from supervisor._validate import check_generation, check_session_id
+from supervisor.doors._door_loop import LoopDoor
 
 __all__ = ["EngineLeaseCalls"]
 

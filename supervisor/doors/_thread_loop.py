@@ -3,7 +3,7 @@
 `HostedTrioRegistry` is the trio door whose outboxes send through blocking
 transports on worker threads, and which takes a blocking caller's calls as
 plain callbacks on the loop; `ThreadReply` is the answer such a caller
-waits for on its own thread (see `supervisor._threads`).
+waits for on its own thread (see `supervisor.doors._threads`).
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from typing import Any
 
 import trio
 
+from actors._commands import Command
 from actors._errors import RegistryClosedError, SessionError
-from actors._messages import Command
-from supervisor._door_calls import LoopReply
 from supervisor._options import RegistryOptions
-from supervisor._outbox import BlockingTrioOutbox, CoalescingPort, TrioOutbox
-from supervisor._trio_registry import TrioSessionRegistry
+from supervisor.doors._door_calls import LoopReply
+from supervisor.doors._outbox import BlockingTrioOutbox, CoalescingPort, TrioOutbox
+from supervisor.doors._trio import TrioSessionRegistry
 
 __all__ = ["HostedTrioRegistry", "ThreadReply"]
 

@@ -4,9 +4,9 @@
 the same names, parameters, results and errors, plus ``send_event_nowait``,
 ``send_events``, ``abandon_resume``, ``sweep``, ``stats`` and
 ``session_ids``. What a loop supplies, the shutdown and the undoing of a
-cancelled call are in `supervisor._door_loop`; how a call reaches its
-session, in `supervisor._door_calls`; the engine-lease calls, in
-`supervisor._door_leases`.
+cancelled call are in `supervisor.doors._door_loop`; how a call reaches its
+session, in `supervisor.doors._door_calls`; the engine-lease calls, in
+`supervisor.doors._door_leases`.
 
 Callers never park a thread: a call is a message to the session's actor, and
 the actor answers by scheduling a callback on the caller's loop.
@@ -20,9 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from actors._errors import UnknownSessionError
-from actors._journal import JournalEntry
-from actors._messages import (
+from actors._commands import (
     Acknowledge,
     ActivationPayloadFactory,
     AuthenticateResume,
@@ -36,15 +34,17 @@ from actors._messages import (
     SessionCreated,
     TransportAttachment,
 )
-from supervisor._actor import RegistryStats
-from supervisor._door_leases import EngineLeaseCalls
-from supervisor._door_loop import LoopDoor
+from actors._errors import UnknownSessionError
+from actors._journal import JournalEntry
+from supervisor._system import RegistryStats
 from supervisor._validate import (
     check_generation,
     check_session_id,
     check_transport,
     check_unjournaled,
 )
+from supervisor.doors._door_leases import EngineLeaseCalls
+from supervisor.doors._door_loop import LoopDoor
 
 __all__ = ["AsyncSessionRegistry"]
 

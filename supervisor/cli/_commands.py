@@ -1,5 +1,5 @@
 """``duplex-supervisor``: serve the gateway, run chaos clients, or both (demo)."""
-# The flags are in supervisor/_cli_flags.py, the servers in
+# The flags are in supervisor/cli/_flags.py, the servers in
 # supervisor/gateway/_servers.py, logging in supervisor/gateway/_logs.py.
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from supervisor._cli_flags import SECRET_ENV, field_values, parser, read_secret
-from supervisor._demo_cluster import ClusterFigures, run_cluster_demo
-from supervisor._demo_processes import (
+from supervisor._extras import MissingExtraError, require
+from supervisor.cli._demo_cluster import ClusterFigures, run_cluster_demo
+from supervisor.cli._demo_processes import (
     LOCAL_REDIS,
     ProcessesFigures,
     StoreOutage,
@@ -35,10 +35,10 @@ from supervisor._demo_processes import (
     run_processes_demo,
     serve_command,
 )
-from supervisor._demo_serve_workers import PoolFigures, run_serve_workers_demo
-from supervisor._extras import MissingExtraError, require
-from supervisor._local_redis_cluster import CLUSTER_LOCAL
-from supervisor._serve_workers import (
+from supervisor.cli._demo_serve_workers import PoolFigures, run_serve_workers_demo
+from supervisor.cli._flags import SECRET_ENV, field_values, parser, read_secret
+from supervisor.cli._local_redis_cluster import CLUSTER_LOCAL
+from supervisor.cli._serve_workers import (
     WorkerFds,
     announce_ready,
     inherited_listener,
@@ -48,15 +48,16 @@ from supervisor._serve_workers import (
 )
 
 if TYPE_CHECKING:
-    from supervisor._demo_workers import WorkerFigures
+    from supervisor.cli._demo_workers import WorkerFigures
 from supervisor._options import RegistryOptions
-from supervisor.gateway._chaos import (
+from supervisor.cli._chaos import (
     ChaosConfig,
     ChaosReport,
     ClientReport,
     Targets,
     run_chaos,
 )
+from supervisor.cli._wire_client import WireClosedError
 from supervisor.gateway._engine import (
     DemoEngine,
     Engine,
@@ -67,7 +68,6 @@ from supervisor.gateway._engine import (
 from supervisor.gateway._logs import configure_logging
 from supervisor.gateway._server import Gateway, GatewayConfig, serve_gateway
 from supervisor.gateway._servers import NEEDS, SERVER_ALIASES, ServeOptions, run_server
-from supervisor.gateway._wire_client import WireClosedError
 
 __all__ = ["main"]
 
@@ -359,7 +359,7 @@ async def _demo(args: argparse.Namespace) -> int:
 
 
 async def _demo_processes(args: argparse.Namespace, console: Console, server: str) -> int:
-    """``demo --processes N --redis URL``: see supervisor/_demo_processes.py."""
+    """``demo --processes N --redis URL``: see supervisor/cli/_demo_processes.py."""
     if args.processes < 2 or args.redis is None:
         raise ValueError("the demo across processes needs --processes 2 or more and --redis")
 
@@ -388,7 +388,7 @@ async def _demo_processes(args: argparse.Namespace, console: Console, server: st
 
 
 async def _demo_cluster(args: argparse.Namespace, console: Console, server: str) -> int:
-    """``demo --redis cluster-local``: see supervisor/_demo_cluster.py."""
+    """``demo --redis cluster-local``: see supervisor/cli/_demo_cluster.py."""
     if args.workers is not None or args.store_outage is not None:
         raise ValueError("demo --redis cluster-local takes neither --workers nor --store-outage")
 
@@ -400,7 +400,7 @@ async def _demo_cluster(args: argparse.Namespace, console: Console, server: str)
 
 
 async def _demo_serve_workers(args: argparse.Namespace, console: Console, server: str) -> int:
-    """``demo --workers N --redis URL``: see supervisor/_demo_serve_workers.py."""
+    """``demo --workers N --redis URL``: see supervisor/cli/_demo_serve_workers.py."""
     if args.redis is None or args.processes > 1:
         raise ValueError("demo --workers N needs --redis (URL or 'local') and no --processes")
 
@@ -414,13 +414,13 @@ async def _demo_serve_workers(args: argparse.Namespace, console: Console, server
 
 
 async def _demo_workers(args: argparse.Namespace, console: Console, server: str) -> int:
-    """``demo --engine-workers N --bus URL``: see supervisor/_demo_workers.py."""
+    """``demo --engine-workers N --bus URL``: see supervisor/cli/_demo_workers.py."""
     if args.engine_workers is None or args.bus is None:
         raise ValueError("the demo with engine workers needs --engine-workers N and --bus")
     if server != "trio" or args.processes > 1 or args.redis is not None or args.browser:
         raise ValueError("demo --engine-workers runs one trio gateway in this process")
     require("redis", "--bus")
-    from supervisor._demo_workers import run_workers_demo  # noqa: PLC0415 - needs redis-py
+    from supervisor.cli._demo_workers import run_workers_demo  # noqa: PLC0415 - needs redis-py
 
     async def crowd(url: str, config: ChaosConfig, gateway: Gateway) -> ChaosReport:
         return await _run_chaos(url, config, console, gateway)
@@ -489,7 +489,7 @@ def _registry_options(
     if redis_url is None:
         return None
     require("redis", "--redis")
-    from supervisor.redis_store import RedisStore  # noqa: PLC0415 - only --redis needs redis-py
+    from supervisor.stores._redis import RedisStore  # noqa: PLC0415 - only --redis needs redis-py
 
     store = RedisStore(redis_url, durability_replicas=durability_replicas)
     store.ping()  # unreachable: a clear error now, not at the first session

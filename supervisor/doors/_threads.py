@@ -6,7 +6,7 @@ here: each is made from the async door's method of the same name, so the
 three doors share one description of the seed's methods, one outbox, one
 shutdown. ``send_event``, ``send_events`` and ``acknowledge``, the engine's
 hot path, build their command here and go to the session without the task
-a made method runs on the loop (`supervisor._thread_loop`).
+a made method runs on the loop (`supervisor.doors._thread_loop`).
 
     with ThreadSessionRegistry(replay_ttl_s=30, replay_max_bytes_per_session=1 << 20) as reg:
         created = reg.create("s1", send=ws.send_json, close=ws.close)
@@ -26,9 +26,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, Unpack
 import outcome
 import trio
 
-from actors._errors import RegistryClosedError, UnknownSessionError
-from actors._journal import JournalEntry
-from actors._messages import (
+from actors._commands import (
     Acknowledge,
     ActivationPayloadFactory,
     Command,
@@ -37,12 +35,14 @@ from actors._messages import (
     SendEvents,
     SessionCreated,
 )
-from supervisor._actor import RegistryStats, SessionSystem
-from supervisor._async_door import AsyncSessionRegistry
+from actors._errors import RegistryClosedError, UnknownSessionError
+from actors._journal import JournalEntry
 from supervisor._options import RegistryOptions, RegistryOptionsDict
-from supervisor._thread_loop import HostedTrioRegistry, ThreadReply
-from supervisor._trio_registry import serve_registry
+from supervisor._system import RegistryStats, SessionSystem
 from supervisor._validate import check_session_id, check_unjournaled
+from supervisor.doors._door import AsyncSessionRegistry
+from supervisor.doors._thread_loop import HostedTrioRegistry, ThreadReply
+from supervisor.doors._trio import serve_registry
 
 __all__ = ["BlockingClose", "BlockingSend", "ThreadSessionRegistry"]
 

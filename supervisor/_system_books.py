@@ -1,6 +1,6 @@
 """The supervisor's vocabulary and books: its messages, timers, inbox and figures.
 
-Kept apart from `supervisor._actor` so that module holds the decisions.
+Kept apart from `supervisor._system` so that module holds the decisions.
 Everything here outlives any one supervisor actor: a successor reads the same
 timers and books its predecessor left.
 """
@@ -15,11 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from actors._commands import Command
 from actors._counters import SUMMED
 from actors._errors import StoreError
 from actors._lifecycle import ParkedSession
 from actors._mailbox import ClosableInbox, Envelope, SessionMailbox
-from actors._messages import Command
 from actors._ports import Reply
 from actors._session import Call, CrashReport, Opening, SessionActor
 

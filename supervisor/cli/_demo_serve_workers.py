@@ -19,10 +19,10 @@ from dataclasses import dataclass
 
 import trio
 
-from supervisor._cli_flags import SECRET_ENV
-from supervisor._demo_processes import serve_command
-from supervisor._serve_workers import WorkerPool
-from supervisor.gateway._chaos import ChaosConfig, ChaosReport, Targets
+from supervisor.cli._chaos import ChaosConfig, ChaosReport, Targets
+from supervisor.cli._demo_processes import serve_command
+from supervisor.cli._flags import SECRET_ENV
+from supervisor.cli._serve_workers import WorkerPool
 from supervisor.gateway._servers import listening_socket
 
 __all__ = ["PoolFigures", "run_serve_workers_demo"]

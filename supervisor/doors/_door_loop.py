@@ -1,6 +1,6 @@
 """What a door's loop supplies, and what every door does with it.
 
-`LoopDoor` is what `supervisor._async_door.AsyncSessionRegistry` stands on.
+`LoopDoor` is what `supervisor.doors._door.AsyncSessionRegistry` stands on.
 A subclass says how its loop waits (`LoopReply`), starts an outbox, sleeps,
 shields a wait and spells cancellation; the trio and asyncio doors are those
 subclasses, and the thread door runs the trio one on a loop thread of its
@@ -15,8 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from actors._errors import RegistryClosedError, SessionCrashedError, SessionError
-from actors._messages import (
+from actors._commands import (
     AbortResume,
     Close,
     CloseCallable,
@@ -25,10 +24,11 @@ from actors._messages import (
     SendCallable,
     SessionCreated,
 )
-from supervisor._actor import SessionSystem
-from supervisor._door_calls import LoopReply, SessionCalls, report_refused
+from actors._errors import RegistryClosedError, SessionCrashedError, SessionError
 from supervisor._options import RegistryOptions
-from supervisor._outbox import CoalescingPort, OutboxCore
+from supervisor._system import SessionSystem
+from supervisor.doors._door_calls import LoopReply, SessionCalls, report_refused
+from supervisor.doors._outbox import CoalescingPort, OutboxCore
 
 __all__ = ["LoopDoor"]
 

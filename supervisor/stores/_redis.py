@@ -1,0 +1,773 @@
+"""RedisStore: sessions in Redis (>= 7, or Valkey), shared by many processes.
+
+Per session two keys, with one hash tag so a cluster keeps them on one slot:
+
+* ``<prefix>{<id>}:f``, a hash: the `SessionRecord`
+  fields, plus ``epoch`` (the fencing counter), ``lease_until`` (the
+  owner's lease, in the Redis server's milliseconds) and ``idn`` (the
+  fingerprint of the identity that opened it, if bound);
+* ``<prefix>{<id>}:e``, a stream: one entry per retained journal event, with
+  the explicit ID ``0-<sequence>``, so Redis itself refuses an append at or
+  below the stream's top. An acknowledgement (or a TTL prune) is one
+  ``XTRIM MINID``;
+* ``<prefix>{<id>}:i``, a hash: the session's inputs (`input_key` ->
+  the claiming process, or ``""`` once a commit journaled the answer's end).
+
+Every write is one Lua script, so it is atomic: it checks the epoch, the
+lease (by the server's clock) and, for a token rotation, the stored digest
+(compare-and-set), then appends, trims and updates the hash, renews the lease
+and the keys' expiry (``key_ttl_s``: how long a session nobody writes or
+renews is kept). A refused write changes nothing.
+
+What Redis keeps across its own restart depends on its persistence settings:
+with ``appendonly yes`` and ``appendfsync always`` every acknowledged write
+is on disk; with ``everysec`` (Redis's default for AOF) an OS crash or power
+loss can lose up to the last second of writes; without AOF, whatever came
+after the last RDB snapshot.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any, cast
+
+from supervisor._extras import MissingExtraError
+
+try:
+    import redis
+    import redis.exceptions
+    from redis.exceptions import NoScriptError
+except ModuleNotFoundError:
+    raise MissingExtraError("redis", "supervisor.redis_store") from None
+
+from actors._client_seqs import ClientWatermark, parse_runs
+from actors._errors import (
+    DuplicateSessionError,
+    GapReason,
+    SessionReplacedError,
+    StoreOutcomeUnknownError,
+    StoreUnavailableError,
+    TokenConflictError,
+)
+from actors._store import DEFAULT_LEASE_S, Commit, SessionRecord, StoredEvent, StoredSession
+from supervisor._log_limit import LogLimiter
+from supervisor.stores import _redis_cluster
+
+__all__ = ["DEFAULT_KEY_TTL_S", "RedisStore"]
+
+logger = logging.getLogger("duplex_supervisor.supervisor")
+
+#: Lease renewals sent in one pipeline by `RedisStore.renew_many`.
+RENEW_BATCH = 500
+
+#: A session that nobody writes or renews for this long is dropped by Redis.
+DEFAULT_KEY_TTL_S = 24 * 3600.0
+
+_NOW_MS = "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000) "
+
+# ARGV: lease_ms, ttl_ms, the field args ('td' and the token digest first). A
+# create sent again after its answer was lost finds its own session (its token
+# digest, fresh for each create, and epoch 1: nobody wrote since) and answers
+# as the first did.
+_CREATE = (
+    _NOW_MS
+    + """
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  if redis.call('HGET', KEYS[1], 'td') == ARGV[4]
+     and redis.call('HGET', KEYS[1], 'epoch') == '1' then return 1 end
+  return 0
+end
+redis.call('DEL', KEYS[2], KEYS[3])
+redis.call('HSET', KEYS[1], 'epoch', 1, 'lease_until', now + tonumber(ARGV[1]),
+           unpack(ARGV, 3))
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+"""
+)
+
+# Marks client events handled (`actors._client_seqs.ClientWatermark.with_handled`,
+# alike): the session hash's ``cs`` is the watermark, ``ch`` the runs handled
+# above it ("first-last,first-last").
+_MARK_HANDLED = """
+local function mark_handled(key, seqs)
+  local last = tonumber(redis.call('HGET', key, 'cs') or '0')
+  local runs = {}
+  for first, final in string.gmatch(redis.call('HGET', key, 'ch') or '', '(%d+)-(%d+)') do
+    runs[#runs + 1] = {tonumber(first), tonumber(final)}
+  end
+  for _, seq in ipairs(seqs) do
+    if seq > last then
+      local i = 1
+      while i <= #runs and runs[i][2] < seq - 1 do i = i + 1 end
+      if i > #runs or runs[i][1] > seq + 1 then
+        table.insert(runs, i, {seq, seq})
+      else
+        if seq < runs[i][1] then runs[i][1] = seq end
+        if seq > runs[i][2] then runs[i][2] = seq end
+        if i < #runs and runs[i + 1][1] <= runs[i][2] + 1 then
+          if runs[i + 1][2] > runs[i][2] then runs[i][2] = runs[i + 1][2] end
+          table.remove(runs, i + 1)
+        end
+      end
+    end
+  end
+  while #runs > 0 and runs[1][1] <= last + 1 do
+    if runs[1][2] > last then last = runs[1][2] end
+    table.remove(runs, 1)
+  end
+  local parts = {}
+  for i, run in ipairs(runs) do parts[i] = string.format('%d-%d', run[1], run[2]) end
+  redis.call('HSET', key, 'cs', string.format('%d', last), 'ch', table.concat(parts, ','))
+end
+"""
+
+# ARGV: epoch, lease_ms, ttl_ms, expect_digest|'', trim_through|'', n_field_args,
+# the field args, n_settles, the settled input keys, n_handled, the handled
+# client_seqs, then 4 per event: sequence, encoded, created_at, encoded_bytes.
+# Appends must follow the stored head (or the commit's new trim boundary, past
+# which a store_lost skip or an ack moved the journal), one after another: an
+# owner whose store lost its last writes (a replica promoted without them)
+# writing on from its own head would leave a hole a later owner replays past.
+_COMMIT = (
+    _NOW_MS
+    + _MARK_HANDLED
+    + """
+local epoch = redis.call('HGET', KEYS[1], 'epoch')
+if not epoch then return -1 end
+if tonumber(epoch) ~= tonumber(ARGV[1]) then return -2 end
+if tonumber(redis.call('HGET', KEYS[1], 'lease_until')) < now then return -3 end
+if ARGV[4] ~= '' and redis.call('HGET', KEYS[1], 'td') ~= ARGV[4] then return -4 end
+local nf = tonumber(ARGV[6])
+local ns = tonumber(ARGV[7 + nf])
+local nh = tonumber(ARGV[8 + nf + ns])
+local first = 9 + nf + ns + nh
+local top = tonumber(redis.call('HGET', KEYS[1], 'ns')) - 1
+if ARGV[5] ~= '' and tonumber(ARGV[5]) > top then top = tonumber(ARGV[5]) end
+for i = first, #ARGV, 4 do
+  local seq = tonumber(ARGV[i])
+  if seq ~= top + 1 then return -5 end
+  top = seq
+end
+for i = first, #ARGV, 4 do
+  redis.call('XADD', KEYS[2], '0-' .. ARGV[i], 'e', ARGV[i + 1], 't', ARGV[i + 2],
+             'b', ARGV[i + 3])
+end
+if ARGV[5] ~= '' then
+  redis.call('XTRIM', KEYS[2], 'MINID', '0-' .. (tonumber(ARGV[5]) + 1))
+end
+if nf > 0 then
+  redis.call('HSET', KEYS[1], unpack(ARGV, 7, 6 + nf))
+elseif first <= #ARGV then
+  redis.call('HSET', KEYS[1], 'ns', top + 1)
+end
+for i = 8 + nf, 7 + nf + ns do redis.call('HSET', KEYS[3], ARGV[i], '') end
+if nh > 0 then
+  local handled = {}
+  for i = 9 + nf + ns, 8 + nf + ns + nh do handled[#handled + 1] = tonumber(ARGV[i]) end
+  mark_handled(KEYS[1], handled)
+end
+redis.call('HSET', KEYS[1], 'lease_until', now + tonumber(ARGV[2]))
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+redis.call('PEXPIRE', KEYS[3], ARGV[3])
+return 1
+"""
+)
+
+_ACQUIRE = (
+    _NOW_MS
+    + """
+if redis.call('HGET', KEYS[1], 'td') ~= ARGV[3] then return false end
+local epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
+redis.call('HSET', KEYS[1], 'lease_until', now + tonumber(ARGV[1]))
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+redis.call('PEXPIRE', KEYS[3], ARGV[2])
+return {redis.call('HGETALL', KEYS[1]), redis.call('XRANGE', KEYS[2], '-', '+')}
+"""
+)
+
+# ARGV: epoch, lease_ms, ttl_ms, nonce. The fence's answer may be lost too: a
+# fence sent again with the same nonce finds its own epoch (``fn``) and answers
+# as the first did, never "replaced" by itself.
+_FENCE = (
+    _NOW_MS
+    + """
+local epoch = redis.call('HGET', KEYS[1], 'epoch')
+if not epoch then return -1 end
+local ours = tonumber(epoch) == tonumber(ARGV[1]) + 1
+  and redis.call('HGET', KEYS[1], 'fn') == ARGV[4]
+if not ours then
+  if tonumber(epoch) ~= tonumber(ARGV[1]) then return -2 end
+  if tonumber(redis.call('HGET', KEYS[1], 'lease_until')) < now then return -3 end
+  redis.call('HINCRBY', KEYS[1], 'epoch', 1)
+  redis.call('HSET', KEYS[1], 'fn', ARGV[4])
+end
+redis.call('HSET', KEYS[1], 'lease_until', now + tonumber(ARGV[2]))
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+redis.call('PEXPIRE', KEYS[3], ARGV[3])
+return redis.call('HGETALL', KEYS[1])
+"""
+)
+
+_RENEW = (
+    _NOW_MS
+    + """
+local epoch = redis.call('HGET', KEYS[1], 'epoch')
+if not epoch or tonumber(epoch) ~= tonumber(ARGV[1]) then return 0 end
+if tonumber(redis.call('HGET', KEYS[1], 'lease_until')) < now then return 0 end
+redis.call('HSET', KEYS[1], 'lease_until', now + tonumber(ARGV[2]))
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+redis.call('PEXPIRE', KEYS[3], ARGV[3])
+return 1
+"""
+)
+
+_DELETE = """
+local epoch = redis.call('HGET', KEYS[1], 'epoch')
+if epoch and tonumber(epoch) == tonumber(ARGV[1]) then
+  redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+end
+return 1
+"""
+
+_BIND_IDENTITY = """
+if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'idn', ARGV[1]) end
+return 1
+"""
+
+# ARGV: client_seq, handled (`_MARK_HANDLED`).
+_RECORD_CLIENT_SEQ = (
+    _MARK_HANDLED
+    + """
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+mark_handled(KEYS[1], {tonumber(ARGV[1])})
+return 1
+"""
+)
+
+# ARGV: claimant, input key, ttl_ms. 1: claimed; 0: answered or ours; -1: no session.
+_CLAIM_INPUT = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+local held = redis.call('HGET', KEYS[3], ARGV[2])
+if held == '' or held == ARGV[1] then return 0 end
+redis.call('HSET', KEYS[3], ARGV[2], ARGV[1])
+redis.call('PEXPIRE', KEYS[3], ARGV[3])
+return 1
+"""
+
+
+#: A pipelined reply that says the connection broke or timed out under it.
+_LOST = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+
+
+def _written(reply: object) -> bool:
+    """A script's reply that says it wrote: a commit's 1, a fence's fields."""
+    return reply == 1 or isinstance(reply, list)
+
+
+def _commit_refusal(outcome: object, session_id: str) -> BaseException | None:
+    """What the commit script's answer says: ``None`` (applied) or the refusal."""
+    if outcome == 1:
+        return None
+    if outcome == -4:
+        return TokenConflictError("the resume token was rotated by another resume")
+    return SessionReplacedError(session_id)
+
+
+def _fields(record: SessionRecord) -> list[str | bytes]:
+    last = record.last_resume
+    values: dict[str, str | bytes] = {
+        "td": record.token_digest.hex(),
+        "rd": "" if record.recovery_token_digest is None else record.recovery_token_digest.hex(),
+        "ag": str(record.attachment_generation),
+        "lg": str(record.lease_generation),
+        "ol": ""
+        if record.orphaned_lease_generation is None
+        else str(record.orphaned_lease_generation),
+        "lr": "" if last is None else f"{last[0]}:{last[1].hex()}",
+        "da": "" if record.detached_at is None else repr(record.detached_at),
+        "ns": str(record.next_sequence),
+        "dt": str(record.dropped_through),
+        "dr": json.dumps(record.drop_runs),
+        "of": "1" if record.overflowed else "0",
+    }
+    flat: list[str | bytes] = []
+    for key, value in values.items():
+        flat += [key, value]
+    return flat
+
+
+def _record(raw: dict[bytes, bytes]) -> SessionRecord:
+    text = {key.decode(): value.decode() for key, value in raw.items()}
+    last = text["lr"]
+    generation, _, digest = last.partition(":")
+    runs = cast(list[list[Any]], json.loads(text["dr"]))
+    return SessionRecord(
+        token_digest=bytes.fromhex(text["td"]),
+        recovery_token_digest=bytes.fromhex(text["rd"]) if text["rd"] else None,
+        attachment_generation=int(text["ag"]),
+        lease_generation=int(text["lg"]),
+        orphaned_lease_generation=int(text["ol"]) if text["ol"] else None,
+        last_resume=(int(generation), bytes.fromhex(digest)) if last else None,
+        detached_at=float(text["da"]) if text["da"] else None,
+        next_sequence=int(text["ns"]),
+        dropped_through=int(text["dt"]),
+        drop_runs=tuple((int(through), cast(GapReason, reason)) for through, reason in runs),
+        overflowed=text["of"] == "1",
+    )
+
+
+def _events(raw: list[tuple[bytes, dict[bytes, bytes]]]) -> tuple[StoredEvent, ...]:
+    return tuple(
+        StoredEvent(
+            sequence=int(stream_id.split(b"-")[1]),
+            created_at=float(fields[b"t"]),
+            encoded_bytes=int(fields[b"b"]),
+            encoded=fields[b"e"],
+        )
+        for stream_id, fields in raw
+    )
+
+
+def _script_events(raw: list[list[Any]]) -> tuple[StoredEvent, ...]:
+    """A script's XRANGE reply: ``[id, [b"e", encoded, b"t", at, b"b", size]]`` each,
+    the fields in the order the commit script's XADD wrote them."""
+    return tuple(
+        StoredEvent(
+            sequence=int(stream_id[2:]),
+            created_at=float(fields[3]),
+            encoded_bytes=int(fields[5]),
+            encoded=fields[1],
+        )
+        for stream_id, fields in raw
+    )
+
+
+class RedisStore:
+    """A `SessionStore` on one Redis (see the module).
+
+    ``url`` is a redis-py URL (``redis://host:port/db``), or
+    ``redis+cluster://host:port[,host:port...]`` for a Redis Cluster
+    (`supervisor.stores._redis_cluster`: redis-py's cluster client, at most
+    ``max_connections`` per node); it may hold a
+    password, so errors name only the hosts and ports. At most
+    ``max_connections`` connections, shared by every thread of the process
+    that calls it (a registry calls it from its committer's thread, never
+    its loop: `supervisor.stores._committer`; a write borrows one for its round
+    trip; more at once wait, up to ``timeout_s``). Its methods block: a
+    program of its own may call them from any thread.
+    While Redis is unreachable every failed call raises, but the warning is
+    logged at most once per ``log_interval_s`` (the lines held back are
+    counted into the next one): an outage is not a log storm.
+
+    ``durability_replicas`` K > 0: each commit is also acknowledged by K
+    replicas of its primary (``WAIT K``, in the same pipeline, on the same
+    connection, after the commits), so a replica promoted after its primary
+    died holds every event a client was sent. A commit Redis applied but
+    fewer than K replicas acknowledged (within half of ``timeout_s``) is
+    answered `StoreOutcomeUnknownError`, as a write whose answer was lost:
+    the session sends none of its events until a fence (`fence`, which waits
+    for K replicas too) says whether the primary that answers then holds it.
+
+    A commit whose answer was lost (the connection broke or timed out after
+    the pipeline left) is `StoreOutcomeUnknownError` too; one that never left
+    (no connection could be had) is `StoreUnavailableError`.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str = "duplex:",
+        lease_s: float = DEFAULT_LEASE_S,
+        key_ttl_s: float = DEFAULT_KEY_TTL_S,
+        timeout_s: float = 2.0,
+        max_connections: int = 32,
+        log_interval_s: float = 10.0,
+        durability_replicas: int = 0,
+    ) -> None:
+        if durability_replicas < 0:
+            raise ValueError("durability_replicas must be >= 0")
+        if lease_s <= 0 or key_ttl_s < lease_s:
+            raise ValueError("lease_s must be positive and key_ttl_s at least lease_s")
+        if max_connections < 1:
+            raise ValueError("max_connections must be >= 1")
+        self._log = LogLimiter(logger, log_interval_s)
+        self._pool: _redis_cluster.Pool | None = None
+        self._client: redis.Redis | _redis_cluster.RedisCluster
+        if _redis_cluster.is_cluster_url(url):
+            self.where = _redis_cluster.where(url)
+            with self._reachable():
+                self._client = _redis_cluster.cluster_client(
+                    url, max_connections=max_connections, timeout_s=timeout_s
+                )
+        else:
+            # Blocking: each caller (a registry's committer, the gateway's worker
+            # threads) borrows a connection per write; past max_connections a
+            # thread waits its turn (up to timeout_s)
+            # instead of failing, as redis-py's default pool (100) would.
+            self._pool = _redis_cluster.Pool.from_url(
+                url,
+                max_connections=max_connections,
+                timeout=timeout_s,
+                socket_timeout=timeout_s,
+                socket_connect_timeout=timeout_s,
+            )
+            self._client = redis.Redis(connection_pool=self._pool)
+            kwargs = self._pool.connection_kwargs
+            self.where = f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
+        self.prefix = prefix
+        self.durability_replicas = durability_replicas
+        # WAIT's own timeout, under the socket's (which would drop the connection).
+        self._wait_ms = max(1, int(timeout_s * 500))
+        self.lease_s = lease_s
+        self._lease_ms = max(1, int(lease_s * 1000))
+        self._ttl_ms = max(1, int(key_ttl_s * 1000))
+        self._create = self._client.register_script(_CREATE)
+        self._commit = self._client.register_script(_COMMIT)
+        self._acquire = self._client.register_script(_ACQUIRE)
+        self._renew = self._client.register_script(_RENEW)
+        self._fence = self._client.register_script(_FENCE)
+        self._delete = self._client.register_script(_DELETE)
+        self._claim_input = self._client.register_script(_CLAIM_INPUT)
+        self._bind_identity = self._client.register_script(_BIND_IDENTITY)
+        self._record_client_seq = self._client.register_script(_RECORD_CLIENT_SEQ)
+
+    def _keys(self, session_id: str) -> list[str]:
+        base = f"{self.prefix}{{{session_id}}}"
+        return [f"{base}:f", f"{base}:e", f"{base}:i"]
+
+    def _unavailable(self, exc: BaseException, *, wrote: bool = False) -> StoreUnavailableError:
+        """``wrote``: ``exc`` ended a write; unless it was raised before the
+        write left (`_redis_cluster.nothing_sent`), Redis may have applied it:
+        `StoreOutcomeUnknownError`."""
+        unknown = wrote and not _redis_cluster.nothing_sent(exc)
+        kind = StoreOutcomeUnknownError if unknown else StoreUnavailableError
+        error = kind(f"Redis at {self.where} is unavailable ({type(exc).__name__})")
+        self._log.log(
+            logging.WARNING,
+            "unavailable",
+            "session store: Redis at %s unavailable: %s",
+            self.where,
+            exc,
+            now=time.monotonic(),
+        )
+        return error
+
+    @contextlib.contextmanager
+    def _reachable(self, *, wrote: bool = False) -> Iterator[None]:
+        """Redis unreachable or timing out (a cluster: also failing over), as
+        `StoreUnavailableError` (``wrote``: see `_unavailable`)."""
+        try:
+            yield
+        except _redis_cluster.UNREACHABLE as exc:
+            raise self._unavailable(exc, wrote=wrote) from None
+        except redis.exceptions.ResponseError as exc:
+            if _redis_cluster.refused_for_replicas(exc):
+                raise self._unavailable(exc) from None
+            raise
+
+    def _unreplicated(self) -> StoreOutcomeUnknownError:
+        self._log.log(
+            logging.WARNING,
+            "unreplicated",
+            "session store: Redis at %s: a commit not acknowledged by %d replicas",
+            self.where,
+            self.durability_replicas,
+            now=time.monotonic(),
+        )
+        # Applied on the primary, maybe not on the replica a failover promotes:
+        # its outcome is unknown until a fence (with its own WAIT) says.
+        return StoreOutcomeUnknownError(
+            f"Redis at {self.where}: fewer than {self.durability_replicas} replicas "
+            "acknowledged the commit"
+        )
+
+    def _reply(self, reply: Any, *, wrote: bool) -> Any:
+        """One pipelined reply; one that says its node cannot serve it (a
+        cluster pipeline answers these per command) or that its primary lacks the
+        replicas it requires (NOREPLICAS), as `StoreUnavailableError`. A
+        connection lost or timing out for that command (``wrote``: a write):
+        `StoreOutcomeUnknownError`, unless nothing was sent."""
+        if isinstance(reply, _redis_cluster.UNREACHABLE) or (
+            isinstance(reply, BaseException) and _redis_cluster.refused_for_replicas(reply)
+        ):
+            return self._unavailable(reply, wrote=wrote and isinstance(reply, _LOST))
+        return reply
+
+    def _run(self, script: Any, keys: list[str], args: list[Any], *, wrote: bool = False) -> Any:
+        """One script call (EVALSHA) on its session's node. A node that lacks the
+        script gets it from `_redis_cluster.load_script`, not from redis-py's
+        `Script`, whose SCRIPT LOAD goes to every primary of a cluster and fails
+        whole while one is down: a call on a healthy primary would then be
+        unavailable during another primary's failover."""
+        with self._reachable(wrote=wrote):
+            try:
+                return self._client.evalsha(script.sha, len(keys), *keys, *args)
+            except NoScriptError:
+                _redis_cluster.load_script(self._client, script.script)
+                return self._client.evalsha(script.sha, len(keys), *keys, *args)
+
+    def create(self, session_id: str, record: SessionRecord) -> int:
+        """See `SessionStore.create`. Its answer lost (`StoreOutcomeUnknownError`),
+        the same ``record`` sent again answers 1 if the first was applied."""
+        fields = _fields(record)
+        assert fields[0] == "td"  # noqa: S101 - the script reads the digest at ARGV[4]
+        created = self._run(
+            self._create,
+            self._keys(session_id),
+            [self._lease_ms, self._ttl_ms, *fields],
+            wrote=True,
+        )
+        if created != 1:
+            raise DuplicateSessionError(session_id)
+        return 1
+
+    def commit(self, commit: Commit) -> None:
+        refusal = self.commit_many([commit])[0]  # its WAIT, if any, on its connection
+        if refusal is not None:
+            raise refusal
+
+    def commit_many(self, commits: Sequence[Commit]) -> list[BaseException | None]:
+        """`commit` for each of ``commits``, all in one pipelined round trip.
+
+        Each is its own script, atomic alone (not a transaction across them);
+        for each, ``None`` (applied) or its refusal, so one session's refusal
+        touches no other. Redis unreachable: `StoreUnavailableError` for all
+        (`StoreOutcomeUnknownError` if the pipeline had left: any of them may
+        have been applied before the connection broke; `fence` tells). A
+        registry writes its sessions' commits through this from a committer
+        thread (`supervisor.stores._committer`), never on its loop.
+        """
+        calls = [(self._keys(c.session_id), self._commit_args(c)) for c in commits]
+        with self._reachable(wrote=True):
+            outcomes = self._pipelined(self._commit, calls, durable=True)
+        return [
+            outcome if isinstance(outcome, Exception) else _commit_refusal(outcome, c.session_id)
+            for c, outcome in zip(commits, outcomes, strict=True)
+        ]
+
+    def _pipelined(
+        self, script: Any, calls: list[tuple[list[str], list[Any]]], *, durable: bool = False
+    ) -> list[Any]:
+        """Run ``script`` once per ``(keys, args)`` in one round trip; each reply,
+        or the error Redis answered for that call alone.
+
+        By its digest (EVALSHA), not redis-py's pipelined scripts, which ask
+        ``SCRIPT EXISTS`` first: a second round trip per batch. A Redis that
+        lost its scripts (a restart) answers NOSCRIPT without running them:
+        loaded, those calls are sent again.
+        """
+        if not calls:
+            return []
+        replies = self._send(script, calls, durable=durable)
+        missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+        if missing:
+            _redis_cluster.load_script(self._client, script.script)
+            for i, reply in zip(
+                missing,
+                self._send(script, [calls[i] for i in missing], durable=durable),
+                strict=True,
+            ):
+                replies[i] = reply
+        return replies
+
+    def _send(
+        self, script: Any, calls: list[tuple[list[str], list[Any]]], *, durable: bool = False
+    ) -> list[Any]:
+        """One pipeline (`_redis_cluster.send_scripts`); ``durable`` with
+        `durability_replicas`: an applied script (reply 1) whose replicas did
+        not all acknowledge it is answered `StoreUnavailableError`."""
+        replies, acknowledged = _redis_cluster.send_scripts(
+            self._client,
+            script.sha,
+            calls,
+            wait_replicas=self.durability_replicas if durable else 0,
+            wait_ms=self._wait_ms,
+        )
+        return [
+            self._unreplicated()
+            if _written(reply) and not acked
+            else self._reply(reply, wrote=durable)
+            for reply, acked in zip(replies, acknowledged, strict=True)
+        ]
+
+    def _commit_args(self, commit: Commit) -> list[Any]:
+        fields = _fields(commit.record) if commit.record is not None else []
+        args: list[Any] = [
+            commit.epoch,
+            self._lease_ms,
+            self._ttl_ms,
+            "" if commit.expect_token_digest is None else commit.expect_token_digest.hex(),
+            "" if commit.trim_through is None else commit.trim_through,
+            len(fields),
+            *fields,
+            len(commit.settles),
+            *commit.settles,
+            len(commit.client_seqs),
+            *commit.client_seqs,
+        ]
+        for event in commit.appends:
+            args += [event.sequence, event.encoded, repr(event.created_at), event.encoded_bytes]
+        return args
+
+    def load(self, session_id: str, *, events: bool = True) -> StoredSession | None:
+        fields_key, events_key, _ = self._keys(session_id)
+        with self._reachable():
+            if events:
+                with self._client.pipeline(transaction=True) as pipe:
+                    pipe.hgetall(fields_key)
+                    pipe.xrange(events_key)
+                    raw_fields, raw_events = pipe.execute()
+            else:
+                raw_fields, raw_events = self._client.hgetall(fields_key), []
+        if not raw_fields:
+            return None
+        return StoredSession(
+            session_id=session_id,
+            epoch=int(raw_fields[b"epoch"]),
+            record=_record(raw_fields),
+            # redis-py's cluster transaction leaves XRANGE's reply as Redis
+            # sent it (a script's shape); its single-node pipeline parses it.
+            events=_script_events(raw_events)
+            if raw_events and isinstance(raw_events[0][1], list)
+            else _events(raw_events),
+        )
+
+    def acquire(self, session_id: str, expect_token_digest: bytes) -> StoredSession | None:
+        taken = self._run(
+            self._acquire,
+            self._keys(session_id),
+            [self._lease_ms, self._ttl_ms, expect_token_digest.hex()],
+        )
+        if not taken:
+            return None
+        flat, raw_events = taken
+        raw_fields = dict(zip(flat[::2], flat[1::2], strict=True))
+        return StoredSession(
+            session_id=session_id,
+            epoch=int(raw_fields[b"epoch"]),
+            record=_record(raw_fields),
+            events=_script_events(raw_events),
+        )
+
+    def renew(self, session_id: str, epoch: int) -> bool:
+        renewed = self._run(
+            self._renew, self._keys(session_id), [epoch, self._lease_ms, self._ttl_ms]
+        )
+        return bool(renewed == 1)
+
+    def renew_many(self, leases: Sequence[tuple[str, int]]) -> list[bool | StoreUnavailableError]:
+        """`renew` for each ``(session_id, epoch)``: pipelines of `RENEW_BATCH`
+        scripts (one round trip each), not one round trip per session.
+
+        Each lease is answered alone: ``True`` (renewed), ``False`` (another
+        epoch owns it, or its lease ran out) or `StoreUnavailableError` (its
+        node could not be reached: on a cluster, only the sessions of a node
+        that is down or failing over; a single Redis that is down, all of that
+        pipeline's). An unavailable answer costs no other session its answer,
+        refusals included; the next sweep tries that lease again.
+        """
+        renewed: list[bool | StoreUnavailableError] = []
+        for first in range(0, len(leases), RENEW_BATCH):
+            batch = leases[first : first + RENEW_BATCH]
+            calls = [
+                (self._keys(session_id), [epoch, self._lease_ms, self._ttl_ms])
+                for session_id, epoch in batch
+            ]
+            try:
+                with self._reachable():
+                    results: list[Any] = self._pipelined(self._renew, calls)
+            except StoreUnavailableError as unavailable:
+                results = [unavailable] * len(calls)
+            for result in results:
+                if isinstance(result, StoreUnavailableError):
+                    renewed.append(result)
+                elif isinstance(result, Exception):
+                    raise result  # not an outage: a bug, loud
+                else:
+                    renewed.append(result == 1)
+        return renewed
+
+    def fence(self, session_id: str, epoch: int, nonce: str) -> StoredSession:
+        """See `BatchingStore.fence`: one script, the owner's next epoch, the
+        fields as they are (``nonce``: the same for each try of one fence).
+
+        With `durability_replicas` it waits for them as a commit does: a
+        commit found applied is answered only once replicas hold it."""
+        keys = self._keys(session_id)
+        with self._reachable(wrote=True):
+            (reply,) = self._pipelined(
+                self._fence, [(keys, [epoch, self._lease_ms, self._ttl_ms, nonce])], durable=True
+            )
+        if isinstance(reply, BaseException):
+            raise reply
+        if not isinstance(reply, list):
+            raise _commit_refusal(reply, session_id) or RuntimeError("a fence answered 1")
+        raw_fields = dict(zip(reply[::2], reply[1::2], strict=True))
+        return StoredSession(
+            session_id=session_id,
+            epoch=int(raw_fields[b"epoch"]),
+            record=_record(raw_fields),
+            events=(),
+        )
+
+    def delete(self, session_id: str, epoch: int) -> None:
+        self._run(self._delete, self._keys(session_id), [epoch])
+
+    def bind_identity(self, session_id: str, fingerprint: str) -> None:
+        """See `SessionStore.bind_identity` (a field ``idn`` of the session's hash)."""
+        self._run(self._bind_identity, self._keys(session_id), [fingerprint])
+
+    def bound_identity(self, session_id: str) -> str | None:
+        """See `SessionStore.bound_identity`."""
+        with self._reachable():
+            value = self._client.hget(self._keys(session_id)[0], "idn")
+        return None if value is None else bytes(cast(bytes, value)).decode()
+
+    def claim_input(self, session_id: str, claimant: str, key: str) -> bool | None:
+        """See `SessionStore.claim_input` (one script, atomic)."""
+        if not claimant:
+            raise ValueError("a claimant is a non-empty name")
+        claimed = self._run(
+            self._claim_input, self._keys(session_id), [claimant, key, self._ttl_ms]
+        )
+        return None if claimed == -1 else claimed == 1
+
+    def record_client_seq(self, session_id: str, client_seq: int) -> None:
+        """See `SessionStore.record_client_seq` (fields ``cs`` and ``ch`` of the
+        session's hash)."""
+        self._run(self._record_client_seq, self._keys(session_id)[:1], [client_seq])
+
+    def client_watermark(self, session_id: str) -> ClientWatermark:
+        """See `SessionStore.client_watermark` (one HMGET: both fields at once)."""
+        with self._reachable():
+            last, runs = cast(
+                list[bytes | None], self._client.hmget(self._keys(session_id)[0], ["cs", "ch"])
+            )
+        return ClientWatermark(
+            last_client_seq=0 if last is None else int(last),
+            handled_above=parse_runs("" if runs is None else runs.decode()),
+        )
+
+    def last_client_seq(self, session_id: str) -> int:
+        """The stored watermark alone: every client event through it was handled
+        (`client_watermark` also gives the handled runs above it)."""
+        return self.client_watermark(session_id).last_client_seq
+
+    def ping(self) -> None:
+        """Raise `StoreUnavailableError` unless Redis answers."""
+        with self._reachable():
+            self._client.ping()
+
+    def close(self) -> None:
+        self._client.close()
+        if self._pool is not None:
+            self._pool.disconnect()  # a pool given to redis.Redis is not closed with it
