@@ -350,6 +350,9 @@ def _script_events(raw: list[list[Any]]) -> tuple[StoredEvent, ...]:
     )
 
 
+# Over ~400 lines: the whole `SessionStore` protocol (and `BatchingStore`), each
+# method one script call or one pipeline with its error mapping; the scripts
+# and the cluster client already live outside the class.
 class RedisStore:
     """A `SessionStore` on one Redis (see the module).
 
