@@ -14,7 +14,7 @@ from supervisor.gateway._core import (
     ConnectionCore,
     DeliverEvent,
     OpenRequested,
-    Reply,
+    SendThroughSession,
 )
 from supervisor.gateway._limits import ByteRate
 from supervisor.gateway._protocol import (
@@ -108,7 +108,7 @@ def test_an_undeclared_event_type_is_a_bad_request_that_keeps_the_connection() -
     core = _open()
     actions = core.receive(json.dumps({"type": "tool.call", "client_seq": 1}), 0.0)
     assert len(actions) == 1
-    assert isinstance(actions[0], Reply)
+    assert isinstance(actions[0], SendThroughSession)
     assert (actions[0].frame["code"], actions[0].frame["client_seq"]) == ("bad_request", 1)
 
 
@@ -117,7 +117,7 @@ def test_a_jump_ahead_is_a_bad_request_naming_the_last_accepted() -> None:
     event = parse_binary_event(_audio(5))
     actions = core.event_verdict(event, "ahead", 3, 0.0)
     assert len(actions) == 1
-    assert isinstance(actions[0], Reply)
+    assert isinstance(actions[0], SendThroughSession)
     frame = actions[0].frame
     assert (frame["code"], frame["client_seq"], frame["last_client_seq"]) == (
         "bad_request",
@@ -132,8 +132,8 @@ def test_acks_go_out_every_n_accepted_events() -> None:
     for seq in range(1, 8):
         sent += core.event_verdict(parse_binary_event(_audio(seq)), "accepted", seq, 0.0)
     assert sent == [
-        Reply(frame={"type": "client_ack", "client_seq": 3}),
-        Reply(frame={"type": "client_ack", "client_seq": 6}),
+        SendThroughSession(frame={"type": "client_ack", "client_seq": 3}),
+        SendThroughSession(frame={"type": "client_ack", "client_seq": 6}),
     ]
 
 
@@ -142,7 +142,7 @@ def test_an_ack_goes_out_after_the_interval_even_for_one_event() -> None:
     assert core.event_verdict(parse_binary_event(_audio(1)), "accepted", 1, 1.0) == []
     assert core.next_deadline() == 1.5  # before the next ping (at 10)
     assert core.tick(1.4) == []
-    assert core.tick(1.5) == [Reply(frame={"type": "client_ack", "client_seq": 1})]
+    assert core.tick(1.5) == [SendThroughSession(frame={"type": "client_ack", "client_seq": 1})]
     # Nothing new accepted: no further ack, only keepalive.
     assert core.next_deadline() == 10.0
     assert core.tick(5.0) == []
@@ -172,7 +172,7 @@ def test_past_the_event_rate_a_client_event_is_refused_with_its_client_seq() -> 
     verdicts = [core.receive(_audio(seq, b""), 0.0)[0] for seq in range(1, 8)]
     assert all(isinstance(v, DeliverEvent) for v in verdicts[:5])
     refused = verdicts[5]
-    assert isinstance(refused, Reply)
+    assert isinstance(refused, SendThroughSession)
     assert (refused.frame["code"], refused.frame["client_seq"]) == ("rate_limited", 6)
 
 
@@ -181,7 +181,7 @@ def test_past_the_byte_rate_a_client_event_is_refused() -> None:
     first = core.receive(_audio(1, b"\x00" * 3000), 0.0)[0]
     second = core.receive(_audio(2, b"\x00" * 3000), 0.0)[0]
     assert isinstance(first, DeliverEvent)
-    assert isinstance(second, Reply)
+    assert isinstance(second, SendThroughSession)
     assert second.frame["code"] == "rate_limited"
     # A second later the bucket has room again.
     assert isinstance(core.receive(_audio(2, b"\x00" * 3000), 1.0)[0], DeliverEvent)

@@ -22,9 +22,9 @@ from supervisor.gateway._core import (
     OpenRequested,
     Phase,
     Ping,
-    Reply,
     ResumeRequested,
     SendDirect,
+    SendThroughSession,
     Throttles,
 )
 from supervisor.gateway._engine import load_engine_factory
@@ -104,7 +104,7 @@ def test_after_the_open_frames_become_actions() -> None:
         AnswerInput(client_event_id="a", text="hi")
     ]
     [reply] = core.receive(_frame(type="session.open"), 1)
-    assert isinstance(reply, Reply) and reply.frame["code"] == "bad_request"
+    assert isinstance(reply, SendThroughSession) and reply.frame["code"] == "bad_request"
     assert core.phase.value == "open"  # not fatal once open
     assert core.receive(_frame(type="session.close"), 2) == [EndSession()]
     assert core.phase.value == "ended"
@@ -116,9 +116,9 @@ def test_inputs_past_the_rate_are_refused_with_their_id() -> None:
     sent = [
         core.receive(_frame(type="input", client_event_id=f"i{n}", text="x"), 1.0) for n in range(3)
     ]
-    assert [type(a[0]) for a in sent] == [AnswerInput, AnswerInput, Reply]
+    assert [type(a[0]) for a in sent] == [AnswerInput, AnswerInput, SendThroughSession]
     refused = sent[2][0]
-    assert isinstance(refused, Reply)
+    assert isinstance(refused, SendThroughSession)
     assert refused.frame["code"] == "rate_limited"
     assert refused.frame["client_event_id"] == "i2"
     # Half a second later one more token is in the bucket (2 a second).
@@ -151,7 +151,7 @@ def test_fatal_errors_close_with_their_code_and_others_reply() -> None:
     core = ConnectionCore(CONFIG, now=0)
     _open(core)
     [reply] = core.fail(ProtocolError("busy", "later", client_event_id="x"))
-    assert isinstance(reply, Reply)
+    assert isinstance(reply, SendThroughSession)
     actions = core.fail(ProtocolError("overflow", "too much"))
     assert actions[1] == CloseSocket(code=4413, reason="overflow")
     assert core.fail(ProtocolError("overflow", "again")) == []
@@ -169,7 +169,7 @@ def test_the_input_ledger_answers_each_id_once_for_the_session_life() -> None:
     _open(core)
     assert core.input_verdict("a", "answer") == []
     [dup] = core.input_verdict("a", "duplicate")
-    assert isinstance(dup, Reply) and dup.frame == {
+    assert isinstance(dup, SendThroughSession) and dup.frame == {
         "type": "input.duplicate",
         "client_event_id": "a",
     }
@@ -270,7 +270,7 @@ def test_an_input_text_is_at_most_16384_characters() -> None:
         AnswerInput(client_event_id="a", text=longest)
     ]
     (reply,) = core.receive(_frame(type="input", client_event_id="b", text=longest + "x"), 5.0)
-    assert isinstance(reply, Reply)
+    assert isinstance(reply, SendThroughSession)
     assert (reply.frame["type"], reply.frame["code"]) == ("error", "bad_request")
     assert core.phase is Phase.OPEN  # not fatal inside a session
 

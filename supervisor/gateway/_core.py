@@ -63,9 +63,9 @@ __all__ = [
     "InputVerdict",
     "OpenRequested",
     "Ping",
-    "Reply",
     "ResumeRequested",
     "SendDirect",
+    "SendThroughSession",
     "Throttles",
     "TransportClosedError",
 ]
@@ -90,7 +90,7 @@ class SendDirect:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Reply:
+class SendThroughSession:
     """Send ``frame`` through the session, unjournaled, in order with its events."""
 
     frame: Mapping[str, object]
@@ -160,7 +160,7 @@ class Ping:
 
 Action = (
     SendDirect
-    | Reply
+    | SendThroughSession
     | CloseSocket
     | EndConnection
     | OpenRequested
@@ -446,7 +446,9 @@ class ConnectionCore:
         if self.last_client_seq == self._acked_client_seq:
             return []
         self._acked_client_seq = self.last_client_seq
-        return [Reply(frame={"type": "client_ack", "client_seq": self.last_client_seq})]
+        return [
+            SendThroughSession(frame={"type": "client_ack", "client_seq": self.last_client_seq})
+        ]
 
     def admitted(
         self,
@@ -474,7 +476,11 @@ class ConnectionCore:
         if verdict == "answer":
             return []
         if verdict == "duplicate":
-            return [Reply(frame={"type": "input.duplicate", "client_event_id": client_event_id})]
+            return [
+                SendThroughSession(
+                    frame={"type": "input.duplicate", "client_event_id": client_event_id}
+                )
+            ]
         if verdict == "busy":
             message = f"{self._config.max_inputs_in_flight} answers are still on their way"
         else:
@@ -487,7 +493,7 @@ class ConnectionCore:
             return []
         if self.phase is Phase.OPEN and error.code not in FATAL:
             self.errors.append(error.code)
-            return [Reply(frame=error_frame(error))]
+            return [SendThroughSession(frame=error_frame(error))]
         return self._fatal(error)
 
     def session_gone(self) -> list[Action]:

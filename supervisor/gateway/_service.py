@@ -48,9 +48,9 @@ from supervisor.gateway._core import (
     OpenRequested,
     Phase,
     Ping,
-    Reply,
     ResumeRequested,
     SendDirect,
+    SendThroughSession,
     TransportClosedError,
 )
 from supervisor.gateway._departures import Departures
@@ -291,7 +291,7 @@ class GatewayService:
         elif core.session_id is not None:
             session_id = core.session_id
             try:
-                if isinstance(action, Reply):
+                if isinstance(action, SendThroughSession):
                     self._count(action.frame)
                     await self.registry.send_event(session_id, action.frame, journal=False)
                 elif isinstance(action, CallAck):
