@@ -291,6 +291,8 @@ class SessionSystem:
         self.timers = Timers(self.clock)
         self.books = Books()
         self._parked_due = ParkedDeadlines()
+        #: Guards every session mailbox of this registry (SessionMailboxOwner).
+        self.mailbox_lock = threading.Lock()
         # A sweep's renewals are with the committer (its answer not back yet).
         self._renewing = False
         self._takeover_lock = threading.Lock()
