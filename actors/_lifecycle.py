@@ -218,14 +218,24 @@ class ParkedSession(SessionFields):
 
     def pruned(self, now: float, ttl_s: float) -> ParkedSession:
         """This session with its journal pruned by TTL at ``now``, as a sweep would."""
-        entries = self.entries
-        if not entries or entries[0].created_monotonic > now - ttl_s:
+        if not self._prune_due(now, ttl_s):
             return self  # the common case costs no copy
         journal = EventJournal.unpark(
             self.journal, max_bytes=max(1, self.retained_bytes), ttl_s=ttl_s
         )
         journal.prune(now)
         return replace(self, **journal.park())
+
+    def _prune_due(self, now: float, ttl_s: float) -> bool:
+        entries = self.entries
+        return bool(entries) and entries[0].created_monotonic <= now - ttl_s
+
+    def quiet(self, now: float, disconnect_grace_s: float | None, ttl_s: float) -> bool:
+        """Whether a tick at ``now`` would change nothing: no event past its
+        TTL, not expired (a live session's Tick rules)."""
+        return not self._prune_due(now, ttl_s) and not _past_grace(
+            self.detached_at, now, disconnect_grace_s
+        )
 
     def sweep_due(self, disconnect_grace_s: float | None, ttl_s: float) -> float:
         """When a sweep next has work here: the expiry, or the oldest
@@ -236,4 +246,8 @@ class ParkedSession(SessionFields):
 
     def expired(self, now: float, disconnect_grace_s: float | None) -> bool:
         """Left detached past the disconnect grace (a live session's Tick rule)."""
-        return disconnect_grace_s is not None and now - self.detached_at >= disconnect_grace_s
+        return _past_grace(self.detached_at, now, disconnect_grace_s)
+
+
+def _past_grace(detached_at: float, now: float, disconnect_grace_s: float | None) -> bool:
+    return disconnect_grace_s is not None and now - detached_at >= disconnect_grace_s

@@ -48,7 +48,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 import pykka
 
@@ -81,6 +81,7 @@ from actors._mail import (
     SessionOwner,
     Shutdown,
     answer_unknown,
+    carried_call,
 )
 from actors._mailbox import ClosableInbox, InboxClosedError, SessionMailbox
 from actors._messages import (
@@ -99,7 +100,7 @@ from actors._messages import (
     TickResult,
 )
 from actors._ports import Delivery, Outbox, Reply
-from actors._state import SessionState, Transition
+from actors._state import NO_FAILPOINTS, SessionState, Transition
 from actors._store import (
     DEFAULT_LEASE_S,
     BatchingStore,
@@ -720,13 +721,34 @@ class SessionActor(LoopActor):
     # -- passivation -----------------------------------------------------------------
 
     def _on_passivate(self, message: Passivate) -> None:
+        tick = message.tick
+        if tick is None:
+            self._park(message, tick_due=False)
+            return
+        # The sweep's tick rode along (see Passivate.tick).
+        parked = self._park(message, tick_due=True)
+        if parked == "parked":
+            tick.reply.resolve(None)
+            return
+        self._on_call(tick)
+        if parked == "not_quiet":
+            self.on_receive(Passivate(now=message.now, after_s=message.after_s))
+
+    def _park(
+        self, message: Passivate, *, tick_due: bool
+    ) -> Literal["parked", "stays", "not_quiet"]:
+        """Park if still idle (and, with a tick due, if that tick would change
+        nothing at ``message.now``); "not_quiet": the tick must run first."""
         state = self._state
         assert state is not None  # noqa: S101
         idle_since = state.idle_since(self._last_active)
         if idle_since is None or message.now - idle_since < message.after_s or len(self._stash):
-            return
+            return "stays"
         if not self._mailbox.empty():
-            return  # something arrived: stay live
+            return "stays"  # something arrived: stay live
+        context = self._context
+        if tick_due and context.failpoints is not NO_FAILPOINTS:
+            return "not_quiet"  # under a fault plan every tick runs, its failpoints with it
         try:
             parked = state.park()
         except BaseException as exc:  # noqa: BLE001 - parking changed nothing: stay live
@@ -736,8 +758,13 @@ class SessionActor(LoopActor):
                 self.session_id,
                 type(exc).__name__,
             )
-            return
-        owner = self._context.owner
+            return "stays"
+        config = context.config
+        if tick_due and not parked.quiet(
+            message.now, config.disconnect_grace_s, config.replay_ttl_s
+        ):
+            return "not_quiet"
+        owner = context.owner
 
         def commit() -> None:
             # Inside the mailbox's lock: from here this actor never reads it
@@ -748,12 +775,13 @@ class SessionActor(LoopActor):
             self._announce(state, "passivated", "idle")
 
         if not self._mailbox.park(parked, commit):
-            return
+            return "stays"
         self._gone = True
         pykka.ActorRegistry.unregister(self.actor_ref)
         for outbox in self._outboxes.values():
             outbox.retire("parked")
         self._outboxes.clear()
+        return "parked"
 
     # -- endings ------------------------------------------------------------------
 
@@ -814,11 +842,12 @@ class SessionActor(LoopActor):
             self._held.clear()
         held += self._mailbox.close()
         for mail in held:
-            if isinstance(mail, Call):
+            call = carried_call(mail)
+            if call is not None:
                 if answer is not None:
-                    answer(mail)
+                    answer(call)
                 else:
-                    answer_unknown(mail.reply, mail.command, self.session_id)
+                    answer_unknown(call.reply, call.command, self.session_id)
             elif isinstance(mail, Shutdown) and mail.reply is not None:
                 mail.reply.resolve(None)
         self.counters.attached = False

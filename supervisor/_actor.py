@@ -53,6 +53,7 @@ from actors._errors import (
 )
 from actors._lifecycle import ParkedSession
 from actors._loop_actor import LoopActor, enter_loop_thread, leave_loop_thread
+from actors._mail import carried_call
 from actors._mailbox import InboxClosedError, MailboxPhase, SessionMailbox
 from actors._messages import (
     AuthenticateResume,
@@ -92,6 +93,7 @@ from actors._supervisor_machine import (
     Escalate,
     ExpireParked,
     FailSuspended,
+    Park,
     PruneParked,
     Recover,
     RestartAfter,
@@ -176,6 +178,10 @@ def _take_over(
     digest = None if stored is None else proves_token(stored, resume_token)
     taken = None if digest is None else store.acquire(session_id, digest)
     return stored, taken
+
+
+def _passivate(park: Park, tick: Call | None) -> Passivate:
+    return Passivate(now=park.now, after_s=park.after_s, tick=tick)
 
 
 class _CountDown:
@@ -476,17 +482,24 @@ class SessionSystem:
         now = message.now
         for mailbox, parked in self._parked_due.take_due(now):
             self._sweep_parked(mailbox, parked, now)
-        live = [mailbox for mailbox in self._routes.values() if mailbox.parked is None]
-        countdown = _CountDown(len(live), message.reply)
-        tick = Tick(now=now)
-        for mailbox in live:
-            if not mailbox.tell_if_live(Call(command=tick, reply=countdown, internal=True)):
-                countdown.resolve(None)  # parked meanwhile: the next sweep prunes it
+        # A session proposed parking gets its tick with the proposal (Passivate.tick).
+        proposals: dict[int, tuple[SessionMailbox, Park]] = {}
         if self.machine.passivate_after_s is not None:
             for actor in self.books.live_actors():
                 park = self.machine.park(now, actor.parkable_since)
                 if park is not None:
-                    actor.mailbox.tell_if_live(Passivate(now=park.now, after_s=park.after_s))
+                    proposals[id(actor.mailbox)] = (actor.mailbox, park)
+        live = [mailbox for mailbox in self._routes.values() if mailbox.parked is None]
+        countdown = _CountDown(len(live), message.reply)
+        tick = Tick(now=now)
+        for mailbox in live:
+            call = Call(command=tick, reply=countdown, internal=True)
+            proposal = proposals.pop(id(mailbox), None)
+            mail = call if proposal is None else _passivate(proposal[1], call)
+            if not mailbox.tell_if_live(mail):
+                countdown.resolve(None)  # parked meanwhile: the next sweep prunes it
+        for mailbox, park in proposals.values():
+            mailbox.tell_if_live(_passivate(park, None))
         if self.store is not None:
             self._renew_leases()
         self._judge_health(now)
@@ -765,8 +778,9 @@ class SessionSystem:
             else RegistryClosedError("the session registry was shut down")
         )
         for mail in mailbox.close():
-            if isinstance(mail, Call):
-                mail.reply.fail(error)
+            call = carried_call(mail)
+            if call is not None:
+                call.reply.fail(error)
             elif isinstance(mail, Shutdown) and mail.reply is not None:
                 mail.reply.resolve(None)
 
