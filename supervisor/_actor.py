@@ -93,7 +93,6 @@ from actors._supervisor_machine import (
     Escalate,
     ExpireParked,
     FailSuspended,
-    Park,
     PruneParked,
     Recover,
     RestartAfter,
@@ -178,10 +177,6 @@ def _take_over(
     digest = None if stored is None else proves_token(stored, resume_token)
     taken = None if digest is None else store.acquire(session_id, digest)
     return stored, taken
-
-
-def _passivate(park: Park, tick: Call | None) -> Passivate:
-    return Passivate(now=park.now, after_s=park.after_s, tick=tick)
 
 
 class _CountDown:
@@ -482,24 +477,30 @@ class SessionSystem:
         now = message.now
         for mailbox, parked in self._parked_due.take_due(now):
             self._sweep_parked(mailbox, parked, now)
-        # A session proposed parking gets its tick with the proposal (Passivate.tick).
-        proposals: dict[int, tuple[SessionMailbox, Park]] = {}
-        if self.machine.passivate_after_s is not None:
-            for actor in self.books.live_actors():
-                park = self.machine.park(now, actor.parkable_since)
-                if park is not None:
-                    proposals[id(actor.mailbox)] = (actor.mailbox, park)
         live = [mailbox for mailbox in self._routes.values() if mailbox.parked is None]
         countdown = _CountDown(len(live), message.reply)
         tick = Tick(now=now)
+        # A session proposed parking gets its tick with the proposal
+        # (Passivate.tick); ids, not the mailboxes: nothing more is kept alive.
+        ticked: set[int] = set()
+        if self.machine.passivate_after_s is not None:
+            routed = {id(mailbox) for mailbox in live}
+            for actor in self.books.live_actors():
+                park = self.machine.park(now, actor.parkable_since)
+                if park is None:
+                    continue
+                mailbox, call = actor.mailbox, None
+                if id(mailbox) in routed and id(mailbox) not in ticked:
+                    ticked.add(id(mailbox))
+                    call = Call(command=tick, reply=countdown, internal=True)
+                proposal = Passivate(now=park.now, after_s=park.after_s, tick=call)
+                if not mailbox.tell_if_live(proposal) and call is not None:
+                    countdown.resolve(None)  # parked meanwhile: the next sweep prunes it
         for mailbox in live:
-            call = Call(command=tick, reply=countdown, internal=True)
-            proposal = proposals.pop(id(mailbox), None)
-            mail = call if proposal is None else _passivate(proposal[1], call)
-            if not mailbox.tell_if_live(mail):
+            if id(mailbox) in ticked:
+                continue
+            if not mailbox.tell_if_live(Call(command=tick, reply=countdown, internal=True)):
                 countdown.resolve(None)  # parked meanwhile: the next sweep prunes it
-        for mailbox, park in proposals.values():
-            mailbox.tell_if_live(_passivate(park, None))
         if self.store is not None:
             self._renew_leases()
         self._judge_health(now)

@@ -403,6 +403,10 @@ def test_a_sweep_is_answered_when_a_session_leaves_holding_its_proposal() -> Non
         with pytest.raises(SessionCrashedError):
             reg.acknowledge("s", 0)
         clock.now += AFTER
+        (suspended,) = _live(reg, "s")
         sweep = Background(reg.sweep)
+        waited = threading.Event()
+        while not suspended._held and not sweep.finished_within(0):
+            waited.wait(0.01)  # until the session holds the proposal
         reg.shutdown()
         assert sweep.result() is None
