@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 
 from actors._errors import SessionCrashedError
-from actors._supervisor_mail import Call, Mail, Shutdown, answer_unknown
+from actors._supervisor_mail import Call, Mail, Shutdown, answer_unknown, carried_call
 
 __all__ = ["HeldMail", "answer_held", "crash_error"]
 
@@ -24,11 +24,12 @@ def answer_held(held: Iterable[object], session_id: str, failure: BaseException 
     """Answer what a session leaves behind as it goes: each call ``failure``
     (``None``: the seed's unknown-session answer), each shutdown its done."""
     for mail in held:
-        if isinstance(mail, Call):
+        call = carried_call(mail)  # a call, or a parking proposal's tick
+        if call is not None:
             if failure is not None:
-                mail.reply.fail(failure)
+                call.reply.fail(failure)
             else:
-                answer_unknown(mail.reply, mail.command, session_id)
+                answer_unknown(call.reply, call.command, session_id)
         elif isinstance(mail, Shutdown) and mail.reply is not None:
             mail.reply.resolve(None)
 
@@ -53,6 +54,10 @@ class HeldMail:
         self.suspended = False
         #: An internal command that crashed once: run again first on Restart.
         self.retry: Call | None = None
+
+    def __len__(self) -> int:
+        """How many messages are held (not the retry)."""
+        return 0 if self._held is None else len(self._held)
 
     def hold(self, message: Mail) -> None:
         if self._held is None:

@@ -20,9 +20,8 @@ import numbers
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict
 
 from actors._errors import (
     GapReason,
@@ -310,12 +309,13 @@ class JournalSnapshot(NamedTuple):
     overflowed: bool
 
 
-@dataclass(frozen=True, slots=True)
-class ParkedJournal:
+class ParkedJournal(TypedDict):
     """A journal as plain data, for a parked session: no clock, no callables.
 
-    `EventJournal.park` makes one and `EventJournal.unpark` brings
-    it back whole; `pruned` applies the TTL without a live journal.
+    `EventJournal.park` makes one and `EventJournal.unpark` brings it back
+    whole. A dict of keyword arguments, not an object of its own: a
+    `actors._lifecycle.ParkedSession` keeps these as its own fields (one
+    object less per parked session for each full garbage collection to walk).
     """
 
     entries: tuple[JournalEntry, ...]
@@ -325,16 +325,7 @@ class ParkedJournal:
     retained_bytes: int
     overflowed: bool
     #: Loaded from a store (taken over): see `EventJournal.store_loaded`.
-    store_loaded: bool = False
-
-    def pruned(self, now: float, ttl_s: float) -> ParkedJournal:
-        """This journal with the events older than ``ttl_s`` at ``now`` dropped."""
-        entries = self.entries
-        if not entries or entries[0].created_monotonic > now - ttl_s:
-            return self  # the common case costs no copy
-        journal = EventJournal.unpark(self, max_bytes=max(1, self.retained_bytes), ttl_s=ttl_s)
-        journal.prune(now)
-        return journal.park()
+    store_loaded: bool
 
 
 _EMPTY_ENTRIES: tuple[JournalEntry, ...] = ()
@@ -615,15 +606,15 @@ class EventJournal:
 
     def park(self) -> ParkedJournal:
         """Everything this journal holds, as plain data (see `ParkedJournal`)."""
-        return ParkedJournal(
-            entries=tuple(self._entries) if self._entries else _EMPTY_ENTRIES,
-            next_sequence=self._next_sequence,
-            dropped_through=self._dropped_through,
-            drop_runs=self._drop_runs,
-            retained_bytes=self._retained_bytes,
-            overflowed=self._overflowed,
-            store_loaded=self._store_loaded,
-        )
+        return {
+            "entries": tuple(self._entries) if self._entries else _EMPTY_ENTRIES,
+            "next_sequence": self._next_sequence,
+            "dropped_through": self._dropped_through,
+            "drop_runs": self._drop_runs,
+            "retained_bytes": self._retained_bytes,
+            "overflowed": self._overflowed,
+            "store_loaded": self._store_loaded,
+        }
 
     @classmethod
     def unpark(
@@ -640,13 +631,13 @@ class EventJournal:
         journal = cls(
             max_bytes=max_bytes, ttl_s=ttl_s, clock=clock, max_events=max_events, strict=strict
         )
-        journal._entries.extend(parked.entries)
-        journal._next_sequence = parked.next_sequence
-        journal._dropped_through = parked.dropped_through
-        journal._drop_runs = tuple(parked.drop_runs)
-        journal._retained_bytes = parked.retained_bytes
-        journal._overflowed = parked.overflowed
-        journal._store_loaded = parked.store_loaded
+        journal._entries.extend(parked["entries"])
+        journal._next_sequence = parked["next_sequence"]
+        journal._dropped_through = parked["dropped_through"]
+        journal._drop_runs = tuple(parked["drop_runs"])
+        journal._retained_bytes = parked["retained_bytes"]
+        journal._overflowed = parked["overflowed"]
+        journal._store_loaded = parked["store_loaded"]
         return journal
 
     # -- transactions --------------------------------------------------------

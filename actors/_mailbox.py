@@ -65,12 +65,14 @@ class _LoopQueue:
 
     __slots__ = ("_actor", "_lock", "_queue", "_scheduled")
 
-    def __init__(self) -> None:
+    def __init__(self, lock: threading.Lock | None = None) -> None:
         # Made by the first put, dropped again when a session parks: a parked
         # mailbox is what 100,000 parked sessions are made of, and every object
         # in it is one more for each full garbage collection to walk.
         self._queue: deque[Any] | None = None
-        self._lock = threading.Lock()
+        # Held only for a few field reads and writes, never while calling out
+        # to another queue: so one lock may serve many queues (a registry's).
+        self._lock = lock if lock is not None else threading.Lock()
         # The actor that runs this queue now, and whether it has a turn coming.
         self._actor: LoopActor | None = None
         self._scheduled = False
@@ -166,7 +168,15 @@ class MailboxPhase:
 
 
 class SessionMailboxOwner(Protocol):
-    """Who starts an actor for a parked mailbox that got a message."""
+    """Who starts an actor for a parked mailbox that got a message.
+
+    Its ``mailbox_lock`` guards every mailbox it owns: a lock per mailbox was
+    one more object per parked session for each full garbage collection to
+    walk, and a mailbox never holds it while it calls out (a parked
+    session's ``commit`` touches the owner's books, never another mailbox).
+    """
+
+    mailbox_lock: threading.Lock
 
     def wake(self, mailbox: SessionMailbox) -> None: ...
 
@@ -177,7 +187,7 @@ class SessionMailbox(_LoopQueue):
     __slots__ = ("_owner", "_phase", "parked", "session_id", "store_epoch")
 
     def __init__(self, session_id: str, owner: SessionMailboxOwner) -> None:
-        super().__init__()
+        super().__init__(owner.mailbox_lock)
         self.session_id = session_id
         self._owner = owner
         self._phase = MailboxPhase.LIVE

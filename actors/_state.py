@@ -258,7 +258,7 @@ class SessionState(ResumeRules, EventRules, AttachmentRules):
         values = field_values(self._fields)
         if self.idle_since(0.0) is None or values["detached_at"] is None:
             raise ValueError(f"session {self._session_id} is not parkable in {self.phase}")
-        parked = ParkedSession(session_id=self._session_id, journal=self._journal.park(), **values)
+        parked = ParkedSession(session_id=self._session_id, **self._journal.park(), **values)
         self._failpoint("passivate.parked")
         return parked
 

@@ -378,7 +378,7 @@ def parked_from_store(stored: StoredSession, wall_offset: float) -> ParkedSessio
     values = field_values(record)
     detached_at = values["detached_at"]
     values["detached_at"] = (time.time() if detached_at is None else detached_at) - wall_offset
-    return ParkedSession(session_id=stored.session_id, journal=journal, **values)
+    return ParkedSession(session_id=stored.session_id, **journal, **values)
 
 
 class Checkpointable(Protocol):

@@ -33,6 +33,7 @@ __all__ = [
     "Restart",
     "Shutdown",
     "answer_unknown",
+    "carried_call",
 ]
 
 
@@ -142,6 +143,22 @@ class Passivate(Mail):
 
     now: float
     after_s: float
+    #: The sweep's tick for this session, riding along (``None``: none). A
+    #: session that parks at once when a tick would change nothing (no event
+    #: past its TTL, the grace not over) skips it: from then on the sweep
+    #: prunes and expires its parked data. Else the tick runs first, as if it
+    #: had come alone, and the proposal after it. Its reply is answered either way.
+    tick: Call | None = None
+
+
+def carried_call(mail: object) -> Call | None:
+    """The call ``mail`` carries (itself, or a proposal's tick): what must be
+    answered when ``mail`` will never run."""
+    if isinstance(mail, Call):
+        return mail
+    if isinstance(mail, Passivate):
+        return mail.tick
+    return None
 
 
 class _NoReply:

@@ -280,6 +280,8 @@ class SessionSystem:
         self.books = Books()
         self.restarts: Restarts = Restarts(self)
         self._parked_due = ParkedDeadlines()
+        #: Guards every session mailbox of this registry (SessionMailboxOwner).
+        self.mailbox_lock = threading.Lock()
         self._takeover_lock = threading.Lock()
         # Built on the loop it will run on: a blocking future's get() there
         # raises instead of waiting on itself (actors._loop_actor.LoopFuture).
@@ -469,14 +471,27 @@ class SessionSystem:
         live = [mailbox for mailbox in self._routes.values() if mailbox.parked is None]
         countdown = _CountDown(len(live), message.reply)
         tick = Tick(now=now)
-        for mailbox in live:
-            if not mailbox.tell_if_live(Call(command=tick, reply=countdown, internal=True)):
-                countdown.resolve(None)  # parked meanwhile: the next sweep prunes it
+        # A session proposed parking gets its tick with the proposal
+        # (Passivate.tick); ids, not the mailboxes: nothing more is kept alive.
+        ticked: set[int] = set()
         if self.machine.passivate_after_s is not None:
+            routed = {id(mailbox) for mailbox in live}
             for actor in self.books.live_actors():
                 park = self.machine.park(now, actor.parkable_since)
-                if park is not None:
-                    actor.mailbox.tell_if_live(Passivate(now=park.now, after_s=park.after_s))
+                if park is None:
+                    continue
+                mailbox, call = actor.mailbox, None
+                if id(mailbox) in routed and id(mailbox) not in ticked:
+                    ticked.add(id(mailbox))
+                    call = Call(command=tick, reply=countdown, internal=True)
+                proposal = Passivate(now=park.now, after_s=park.after_s, tick=call)
+                if not mailbox.tell_if_live(proposal) and call is not None:
+                    countdown.resolve(None)  # parked meanwhile: the next sweep prunes it
+        for mailbox in live:
+            if id(mailbox) in ticked:
+                continue
+            if not mailbox.tell_if_live(Call(command=tick, reply=countdown, internal=True)):
+                countdown.resolve(None)  # parked meanwhile: the next sweep prunes it
         if self.leases is not None:
             self.leases.renew()
         self.restarts.judge_health(now)

@@ -18,6 +18,7 @@ the supervisor's turns:
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Protocol, cast
 
 from actors._commands import AuthenticateResume, LifecycleEvent, Resume
@@ -41,6 +42,8 @@ class LeasesHost(Protocol):
 
     machine: SupervisorMachine[Call]
     books: Books
+    #: Guards every session mailbox of the registry (`SessionMailboxOwner`).
+    mailbox_lock: threading.Lock
 
     @property
     def routes(self) -> dict[str, SessionMailbox]:

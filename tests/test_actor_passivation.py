@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from actors._commands import SendEvent
-from actors._errors import JournalGapError, SessionFailedError
+from actors._errors import JournalGapError, SessionCrashedError, SessionFailedError
 from actors._lifecycle import ParkedSession
 from actors._session import SessionActor
 from supervisor._faults import FaultPlan
@@ -367,3 +367,49 @@ def test_shutdown_answers_messages_queued_for_a_parked_session() -> None:
         _park(reg, clock, events, "s")
     # The registry shut down with the session parked: nothing hangs.
     assert reg.stats().parked == 0
+
+
+def test_a_session_proposed_parking_with_an_event_past_its_ttl_is_pruned_by_that_sweep() -> None:
+    # The sweep's tick rides with the proposal; the session parks without it
+    # only if it would change nothing. Here it prunes first, then parks.
+    clock, events = FakeClock(), Events()
+    with registry(clock=clock, observer=events, replay_ttl_s=10.0) as reg:
+        reg.create("s", send=Wire().send_blocking, close=lambda r: None)
+        reg.send_events("s", [{"n": 1}])
+        reg.detach("s")
+        _park(reg, clock, events, "s")  # past the TTL and the passivation limit
+        stats = reg.stats()
+        assert (stats.parked, stats.bytes_retained) == (1, 0)
+
+
+def test_a_session_past_its_grace_when_proposed_parking_expires_instead() -> None:
+    clock, events = FakeClock(), Events()
+    with registry(clock=clock, observer=events, disconnect_grace_s=AFTER / 2) as reg:
+        reg.create("s", send=Wire().send_blocking, close=lambda r: None)
+        reg.detach("s")
+        clock.now += AFTER
+        reg.sweep()
+        events.wait_for("closed", "s")
+        assert "passivated" not in events.kinds("s")
+        assert "expired" in events.kinds("s")
+
+
+def test_a_sweep_is_answered_when_a_session_leaves_holding_its_proposal() -> None:
+    # A suspended session holds the proposal (and the tick riding with it);
+    # shut down before its restart, it answers that tick: the sweep returns.
+    clock, events, plan = FakeClock(), Events(), FaultPlan()
+    policy = RestartPolicy(backoff_s=1000.0, max_backoff_s=1000.0, jitter=0.0)
+    with registry(clock=clock, observer=events, faults=plan, restart_policy=policy) as reg:
+        reg.create("s", send=Wire().send_blocking, close=lambda r: None)
+        reg.detach("s")
+        plan.crash("acknowledge.enter", session_id="s")
+        with pytest.raises(SessionCrashedError):
+            reg.acknowledge("s", 0)
+        clock.now += AFTER
+        (suspended,) = _live(reg, "s")
+        sweep = Background(reg.sweep)
+        waited = threading.Event()
+        while not len(suspended._holding) and not sweep.finished_within(0):
+            waited.wait(0.01)  # until the session holds the proposal
+        reg.shutdown()
+        assert sweep.result() is None

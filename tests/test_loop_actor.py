@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import uuid
 from typing import Any
 
 import pykka
@@ -294,6 +295,16 @@ def test_a_loop_actor_sets_every_field_pykkas_actor_init_sets() -> None:
     assert set(vars(plain)) <= set(vars(ours))
     assert ours.actor_ref.actor_stopped is ours.actor_stopped
     assert isinstance(ours.actor_stopped, threading.Event)
+
+
+def test_a_loop_actors_urn_is_a_distinct_uuid4_urn_as_pykkas() -> None:
+    port = CoalescingPort(lambda fn: fn())
+    urns = {_Recorder(port, []).actor_urn for _ in range(1000)}
+    assert len(urns) == 1000
+    for urn in urns:
+        parsed = uuid.UUID(urn.removeprefix("urn:uuid:"))
+        assert parsed.urn == urn
+        assert (parsed.version, parsed.variant) == (4, uuid.RFC_4122)
 
 
 def test_a_stopped_flag_wakes_a_thread_waiting_on_it() -> None:

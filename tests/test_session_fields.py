@@ -65,8 +65,9 @@ def _parked() -> ParkedSession:
         drop_runs=((3, "acknowledged"),),
         retained_bytes=0,
         overflowed=False,
+        store_loaded=False,
     )
-    return ParkedSession(session_id="s1", journal=journal, **SAMPLES)
+    return ParkedSession(session_id="s1", **journal, **SAMPLES)
 
 
 def _unparked(clock: FakeClock) -> SessionState:

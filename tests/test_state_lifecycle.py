@@ -214,9 +214,9 @@ def test_parked_data_prunes_and_expires_without_a_live_state() -> None:
     parked = state.park()
     assert parked.pruned(world.clock.now, 10.0) is parked  # nothing old enough
     later = parked.pruned(world.clock.now + 6, 10.0)
-    assert [e.sequence for e in later.journal.entries] == [2]
+    assert [e.sequence for e in later.entries] == [2]
     assert later.retained_bytes < parked.retained_bytes
-    assert later.journal.dropped_through == 1
+    assert later.dropped_through == 1
     assert not later.expired(world.clock.now + 29, 30.0)
     assert later.expired(world.clock.now + 30, 30.0)
     assert not later.expired(world.clock.now + 10_000, None)

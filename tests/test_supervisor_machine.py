@@ -265,7 +265,7 @@ def test_a_parked_session_with_events_past_their_ttl_is_pruned() -> None:
     assert supervisor.parked_due(parked, clock.now) is None  # nothing old enough
     decision = supervisor.parked_due(parked, clock.now + 6)
     assert isinstance(decision, PruneParked)
-    assert [e.sequence for e in decision.pruned.journal.entries] == [2]
+    assert [e.sequence for e in decision.pruned.entries] == [2]
 
 
 def test_a_parked_session_wakes_unless_the_registry_is_stopping() -> None:
