@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import trio
 
-from supervisor.cli._chaos import ChaosConfig, run_chaos
+from supervisor.cli._chaos import ChaosConfig, Targets, _Client, run_chaos
 from supervisor.gateway._engine import EngineConfig
 from supervisor.gateway._server import GatewayConfig
 from tests.gateway_support import LIMIT, running_gateway
@@ -71,3 +71,42 @@ async def test_a_refused_open_is_counted_as_an_error_not_raised() -> None:
     assert report.totals.error_codes == {"unauthorized": 3}
     assert report.totals.sessions == 0
     assert not report.ok
+
+
+async def _dies_mid_handshake(
+    targets: Targets, index: int, task_status: trio.TaskStatus[str]
+) -> None:
+    """A gateway process killed while it read an upgrade request: marked down
+    (as the demos mark their victim before the SIGKILL), the others live, then
+    its socket ends."""
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    host, port = listeners[0].socket.getsockname()[:2]
+    task_status.started(f"ws://{host}:{port}/v1")
+    stream = await listeners[0].accept()
+    request = b""
+    while b"\r\n\r\n" not in request:
+        request += await stream.receive_some()
+    targets.down = {index}
+    await stream.aclose()  # a FIN, no answer: what the client sees of a killed process
+    await listeners[0].aclose()
+
+
+async def test_a_resume_cut_by_its_process_dying_goes_on_elsewhere_with_no_error() -> None:
+    # The demos' processes SIGKILL: a client resuming that very moment must try
+    # another process, as it does when its live connection breaks.
+    with trio.fail_after(LIMIT):
+        async with (
+            running_gateway(GatewayConfig(port=0)) as harness,
+            trio.open_nursery() as nursery,
+        ):
+            targets = Targets([harness.url, "ws://unused"])
+            targets.urls = (harness.url, await nursery.start(_dies_mid_handshake, targets, 1))
+            client = _Client(0, targets, ChaosConfig(clients=1, max_reconnect_delay_s=0.0))
+            targets.mark_down(1)
+            ws = await client.open()
+            # The live one looks down a moment: the resume picks the dying one.
+            targets.down = {0}
+            ws = await client._come_back(ws, trio.current_time() + 5)
+            assert (client.process, targets.down) == (0, {1})
+            assert (client.report.errors, client.report.resumes) == (0, 1), client.report
+            await ws.close()

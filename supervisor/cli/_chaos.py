@@ -385,8 +385,11 @@ class _Client:
             index = self.targets.pick(self.random)
             try:
                 ws = await WireClient.connect(self.targets.urls[index], ca_file=self.config.ca_file)
-            except (OSError, trio.BrokenResourceError):
-                # Refused, or cut mid-handshake by a process killed meanwhile.
+            except WireRejectedError:
+                raise  # an HTTP answer: the process lives and refused
+            except (OSError, trio.BrokenResourceError, WireClosedError):
+                # Refused, or cut mid-handshake (a reset, or the stream's end
+                # before any answer) by a process killed meanwhile.
                 if attempt + 1 == attempts or not self.targets.many:
                     raise
                 continue
