@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import trio
+from wsproto import ConnectionType, WSConnection
+from wsproto.events import AcceptConnection, Request
 
 from supervisor.cli._chaos import ChaosConfig, Targets, _Client, run_chaos
 from supervisor.gateway._engine import EngineConfig
 from supervisor.gateway._server import GatewayConfig
+from tests.attack_support import reset_on_close
 from tests.gateway_support import LIMIT, running_gateway
 
 
@@ -109,4 +112,46 @@ async def test_a_resume_cut_by_its_process_dying_goes_on_elsewhere_with_no_error
             ws = await client._come_back(ws, trio.current_time() + 5)
             assert (client.process, targets.down) == (0, {1})
             assert (client.report.errors, client.report.resumes) == (0, 1), client.report
+            await ws.close()
+
+
+async def _dies_after_the_upgrade(
+    targets: Targets, index: int, task_status: trio.TaskStatus[str]
+) -> None:
+    """A gateway process killed just after it upgraded a connection: marked
+    down, the others live, then its socket is reset before the resume arrives."""
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    host, port = listeners[0].socket.getsockname()[:2]
+    task_status.started(f"ws://{host}:{port}/v1")
+    stream = await listeners[0].accept()
+    ws = WSConnection(ConnectionType.SERVER)
+    while not any(isinstance(event, Request) for event in ws.events()):
+        ws.receive_data(await stream.receive_some())
+    targets.down = {index}
+    await stream.send_all(ws.send(AcceptConnection()))
+    reset_on_close(stream)
+    await stream.aclose()
+    await listeners[0].aclose()
+
+
+async def test_a_resume_whose_process_dies_after_the_upgrade_goes_on_elsewhere() -> None:
+    with trio.fail_after(LIMIT):
+        async with (
+            running_gateway(GatewayConfig(port=0)) as harness,
+            trio.open_nursery() as nursery,
+        ):
+            targets = Targets([harness.url, "ws://unused"])
+            targets.urls = (harness.url, await nursery.start(_dies_after_the_upgrade, targets, 1))
+            client = _Client(0, targets, ChaosConfig(clients=1, max_reconnect_delay_s=0.0))
+            targets.mark_down(1)
+            ws = await client.open()
+            await client.send_input(ws)  # owed: the resume sends it again
+            # The live one looks down a moment: the resume picks the dying one.
+            targets.down = {0}
+            ws = await client._come_back(ws, trio.current_time() + 5)
+            assert (client.process, targets.down) == (0, {1})
+            assert client.report.errors == 0, client.report
+            while client.unanswered:
+                client.on_frame(await ws.receive_json())
+            assert client.report.answered == 1, client.report
             await ws.close()
