@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import trio
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, Request
@@ -76,50 +77,13 @@ async def test_a_refused_open_is_counted_as_an_error_not_raised() -> None:
     assert not report.ok
 
 
-async def _dies_mid_handshake(
-    targets: Targets, index: int, task_status: trio.TaskStatus[str]
+async def _dying_process(
+    targets: Targets, index: int, upgrade: bool, task_status: trio.TaskStatus[str]
 ) -> None:
-    """A gateway process killed while it read an upgrade request: marked down
-    (as the demos mark their victim before the SIGKILL), the others live, then
-    its socket ends."""
-    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-    host, port = listeners[0].socket.getsockname()[:2]
-    task_status.started(f"ws://{host}:{port}/v1")
-    stream = await listeners[0].accept()
-    request = b""
-    while b"\r\n\r\n" not in request:
-        request += await stream.receive_some()
-    targets.down = {index}
-    await stream.aclose()  # a FIN, no answer: what the client sees of a killed process
-    await listeners[0].aclose()
-
-
-async def test_a_resume_cut_by_its_process_dying_goes_on_elsewhere_with_no_error() -> None:
-    # The demos' processes SIGKILL: a client resuming that very moment must try
-    # another process, as it does when its live connection breaks.
-    with trio.fail_after(LIMIT):
-        async with (
-            running_gateway(GatewayConfig(port=0)) as harness,
-            trio.open_nursery() as nursery,
-        ):
-            targets = Targets([harness.url, "ws://unused"])
-            targets.urls = (harness.url, await nursery.start(_dies_mid_handshake, targets, 1))
-            client = _Client(0, targets, ChaosConfig(clients=1, max_reconnect_delay_s=0.0))
-            targets.mark_down(1)
-            ws = await client.open()
-            # The live one looks down a moment: the resume picks the dying one.
-            targets.down = {0}
-            ws = await client._come_back(ws, trio.current_time() + 5)
-            assert (client.process, targets.down) == (0, {1})
-            assert (client.report.errors, client.report.resumes) == (0, 1), client.report
-            await ws.close()
-
-
-async def _dies_after_the_upgrade(
-    targets: Targets, index: int, task_status: trio.TaskStatus[str]
-) -> None:
-    """A gateway process killed just after it upgraded a connection: marked
-    down, the others live, then its socket is reset before the resume arrives."""
+    """A gateway process SIGKILLed while it upgraded one connection (as the
+    demos do, marked down first; the others live): the stream just ends
+    (a FIN, no answer), or ``upgrade``: it answers 101, then the socket is
+    reset before the resume arrives."""
     listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
     host, port = listeners[0].socket.getsockname()[:2]
     task_status.started(f"ws://{host}:{port}/v1")
@@ -128,29 +92,36 @@ async def _dies_after_the_upgrade(
     while not any(isinstance(event, Request) for event in ws.events()):
         ws.receive_data(await stream.receive_some())
     targets.down = {index}
-    await stream.send_all(ws.send(AcceptConnection()))
-    reset_on_close(stream)
+    if upgrade:
+        await stream.send_all(ws.send(AcceptConnection()))
+        reset_on_close(stream)
     await stream.aclose()
     await listeners[0].aclose()
 
 
-async def test_a_resume_whose_process_dies_after_the_upgrade_goes_on_elsewhere() -> None:
+@pytest.mark.parametrize("upgrade", [False, True], ids=["mid-upgrade", "after-upgrade"])
+async def test_a_resume_its_process_dies_under_goes_on_elsewhere_with_no_error(
+    upgrade: bool,
+) -> None:
+    # The demos SIGKILL a process: a client resuming on it that very moment
+    # must try another, as it does when its live connection breaks.
     with trio.fail_after(LIMIT):
         async with (
             running_gateway(GatewayConfig(port=0)) as harness,
             trio.open_nursery() as nursery,
         ):
             targets = Targets([harness.url, "ws://unused"])
-            targets.urls = (harness.url, await nursery.start(_dies_after_the_upgrade, targets, 1))
+            dying = await nursery.start(_dying_process, targets, 1, upgrade)
+            targets.urls = (harness.url, dying)
             client = _Client(0, targets, ChaosConfig(clients=1, max_reconnect_delay_s=0.0))
             targets.mark_down(1)
             ws = await client.open()
-            await client.send_input(ws)  # owed: the resume sends it again
+            await client.send_input(ws)  # owed: each resume sends it again
             # The live one looks down a moment: the resume picks the dying one.
             targets.down = {0}
             ws = await client._come_back(ws, trio.current_time() + 5)
             assert (client.process, targets.down) == (0, {1})
-            assert client.report.errors == 0, client.report
+            assert (client.report.errors, client.report.resumes) == (0, 1), client.report
             while client.unanswered:
                 client.on_frame(await ws.receive_json())
             assert client.report.answered == 1, client.report
