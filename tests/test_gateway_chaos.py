@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-import trio
+import os
 
-from supervisor.cli._chaos import ChaosConfig, run_chaos
+import pytest
+import trio
+from wsproto import ConnectionType, WSConnection
+from wsproto.events import AcceptConnection, Request
+
+from supervisor.cli._chaos import ChaosConfig, Targets, _Client, run_chaos
 from supervisor.gateway._engine import EngineConfig
 from supervisor.gateway._server import GatewayConfig
+from tests.attack_support import reset_on_close
 from tests.gateway_support import LIMIT, running_gateway
 
 
@@ -71,3 +77,56 @@ async def test_a_refused_open_is_counted_as_an_error_not_raised() -> None:
     assert report.totals.error_codes == {"unauthorized": 3}
     assert report.totals.sessions == 0
     assert not report.ok
+
+
+async def _dying_process(
+    targets: Targets, index: int, upgrade: bool, task_status: trio.TaskStatus[str]
+) -> None:
+    """A gateway process SIGKILLed while it upgraded one connection (as the
+    demos do, marked down first; the others live): the stream just ends
+    (a FIN, no answer), or ``upgrade``: it answers 101, then the socket is
+    reset before the resume arrives."""
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    host, port = listeners[0].socket.getsockname()[:2]
+    task_status.started(f"ws://{host}:{port}/v1")
+    stream = await listeners[0].accept()
+    ws = WSConnection(ConnectionType.SERVER)
+    while not any(isinstance(event, Request) for event in ws.events()):
+        ws.receive_data(await stream.receive_some())
+    targets.down = {index}
+    if upgrade:
+        # No checkpoint between the 101 and the reset (send_all would yield):
+        # the client reads its 101 with the reset already in.
+        os.write(stream.socket.fileno(), ws.send(AcceptConnection()))
+        reset_on_close(stream)
+    stream.socket.close()
+    await listeners[0].aclose()
+
+
+@pytest.mark.parametrize("upgrade", [False, True], ids=["mid-upgrade", "after-upgrade"])
+async def test_a_resume_its_process_dies_under_goes_on_elsewhere_with_no_error(
+    upgrade: bool,
+) -> None:
+    # The demos SIGKILL a process: a client resuming on it that very moment
+    # must try another, as it does when its live connection breaks.
+    with trio.fail_after(LIMIT):
+        async with (
+            running_gateway(GatewayConfig(port=0)) as harness,
+            trio.open_nursery() as nursery,
+        ):
+            targets = Targets([harness.url, "ws://unused"])
+            dying = await nursery.start(_dying_process, targets, 1, upgrade)
+            targets.urls = (harness.url, dying)
+            client = _Client(0, targets, ChaosConfig(clients=1, max_reconnect_delay_s=0.0))
+            targets.mark_down(1)
+            ws = await client.open()
+            await client.send_input(ws)  # owed: each resume sends it again
+            # The live one looks down a moment: the resume picks the dying one.
+            targets.down = {0}
+            ws = await client._come_back(ws, trio.current_time() + 5)
+            assert (client.process, targets.down) == (0, {1})
+            assert (client.report.errors, client.report.resumes) == (0, 1), client.report
+            while client.unanswered:
+                client.on_frame(await ws.receive_json())
+            assert client.report.answered == 1, client.report
+            await ws.close()

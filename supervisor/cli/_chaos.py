@@ -385,8 +385,11 @@ class _Client:
             index = self.targets.pick(self.random)
             try:
                 ws = await WireClient.connect(self.targets.urls[index], ca_file=self.config.ca_file)
-            except (OSError, trio.BrokenResourceError):
-                # Refused, or cut mid-handshake by a process killed meanwhile.
+            except WireRejectedError:
+                raise  # an HTTP answer: the process lives and refused
+            except (OSError, trio.BrokenResourceError, WireClosedError):
+                # Refused, or cut mid-handshake (a reset, or the stream's end
+                # before any answer) by a process killed meanwhile.
                 if attempt + 1 == attempts or not self.targets.many:
                     raise
                 continue
@@ -522,13 +525,15 @@ class _Client:
             await ws.cut()
             self.ws = None
             await trio.sleep(delay)
-            ws = self.ws = await self.resume()
             try:
+                # The resume's own sends break too if its process dies under them.
+                ws = self.ws = await self.resume()
                 await self.resend_chunks(ws)
             except _StoreAwayError:
                 delay = self._store_backoff(deadline)
                 continue
             except _BROKEN:
+                ws = self.ws or ws  # the connection the resume got, cut next
                 if not self.targets.many or not self._process_died():
                     raise
                 delay = self.random.uniform(0, self.config.max_reconnect_delay_s)
