@@ -9,7 +9,7 @@ asgi-uvicorn``:
 
 - `UvicornShell.http_protocol` (h11): the connection caps (total and per
   address) before anything is read, refused ``503``/``429`` as the trio server
-  does; the handshake timeout from the first byte to the upgrade; the bytes
+  does; the handshake timeout from the accept to the upgrade (as the README says); the bytes
   after the upgrade request handed on to the WebSocket.
 - `UvicornShell.ws_protocol` (websockets' sans-I/O): ``--close-timeout``, after
   which the TCP connection is aborted, not politely closed; a close that does
