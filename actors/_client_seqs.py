@@ -13,7 +13,8 @@ The runs stay few: each gap is an event accepted and not yet handled (an
 answer in flight, an event queued for the engine), or one a process took
 with it when it died, which the client resends to the next.
 
-Plain data and pure functions; `supervisor.redis_store` keeps the same in Lua.
+Plain data and pure functions; the Redis store (`supervisor/stores/_redis.py`)
+keeps the same in Lua.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ callbacks on the caller's loop).
 
 from __future__ import annotations
 
+import os
 import random
 import sys
 import threading
@@ -178,13 +179,17 @@ class StoppedFlag(threading.Event):
 _stopped_flags_lock = threading.Lock()
 
 
-_random_bits = random.getrandbits  # the module's: reseeded in a forked child
+# A generator of its own, seeded from the OS once (and again in a forked
+# child): a program that seeds the `random` module must not repeat our URNs.
+_urn_random = random.Random()  # noqa: S311 - a name, not a secret
+os.register_at_fork(after_in_child=_urn_random.seed)
+_random_bits = _urn_random.getrandbits
 _UUID4_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))
 _UUID4_SET = (0x4000 << 64) | (0x8000 << 48)  # version 4, RFC 4122 variant
 
 
 def _uuid4_urn() -> str:
-    """``uuid.uuid4().urn``'s form from the ``random`` module's bits, not the OS's.
+    """``uuid.uuid4().urn``'s form from a seeded generator's bits, not the OS's.
 
     An actor's URN names it and is no secret; ``uuid4`` reads ``os.urandom``
     (a system call) and builds a UUID object for it: 8 us of each

@@ -7,9 +7,10 @@ import os
 import pytest
 import trio
 from wsproto import ConnectionType, WSConnection
-from wsproto.events import AcceptConnection, Request
+from wsproto.events import AcceptConnection, RejectConnection, Request
 
 from supervisor.cli._chaos import ChaosConfig, Targets, _Client, run_chaos
+from supervisor.cli._wire_client import WireRejectedError
 from supervisor.gateway._engine import EngineConfig
 from supervisor.gateway._server import GatewayConfig
 from tests.attack_support import reset_on_close
@@ -101,6 +102,41 @@ async def _dying_process(
         reset_on_close(stream)
     stream.socket.close()
     await listeners[0].aclose()
+
+
+async def _refusing_process(task_status: trio.TaskStatus[str]) -> None:
+    """A live gateway process that refuses every upgrade with HTTP 503."""
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    host, port = listeners[0].socket.getsockname()[:2]
+    task_status.started(f"ws://{host}:{port}/v1")
+    async with listeners[0]:
+        while True:
+            async with await listeners[0].accept() as stream:
+                ws = WSConnection(ConnectionType.SERVER)
+                while not any(isinstance(event, Request) for event in ws.events()):
+                    ws.receive_data(await stream.receive_some())
+                await stream.send_all(ws.send(RejectConnection(status_code=503)))
+
+
+async def test_a_resume_a_live_process_refuses_is_an_error_not_a_cut() -> None:
+    # Its own process is dead, so a broken resume is a cut; but a live
+    # process's HTTP refusal is an answer, counted by run(), never retried
+    # for ever (it was, once the resume's sends were treated as cuts).
+    with trio.fail_after(LIMIT):
+        async with (
+            running_gateway(GatewayConfig(port=0)) as harness,
+            trio.open_nursery() as nursery,
+        ):
+            refusing = await nursery.start(_refusing_process)
+            targets = Targets([harness.url, refusing])
+            client = _Client(0, targets, ChaosConfig(clients=1, max_reconnect_delay_s=0.0))
+            targets.mark_down(1)
+            ws = await client.open()
+            targets.down = {0}  # its process died; only the refusing one lives
+            with pytest.raises(WireRejectedError) as refused:
+                await client._come_back(ws, trio.current_time() + 5)
+            assert refused.value.status == 503
+            nursery.cancel_scope.cancel()
 
 
 @pytest.mark.parametrize("upgrade", [False, True], ids=["mid-upgrade", "after-upgrade"])

@@ -10,6 +10,7 @@ there yet raises instead of hanging; a busy actor yields the loop.
 from __future__ import annotations
 
 import asyncio
+import random
 import threading
 import time
 import uuid
@@ -305,6 +306,20 @@ def test_a_loop_actors_urn_is_a_distinct_uuid4_urn_as_pykkas() -> None:
         parsed = uuid.UUID(urn.removeprefix("urn:uuid:"))
         assert parsed.urn == urn
         assert (parsed.version, parsed.variant) == (4, uuid.RFC_4122)
+
+
+def test_actor_urns_do_not_repeat_when_someone_reseeds_the_random_module() -> None:
+    # An engine, a test or Hypothesis may seed `random`; two live actors with
+    # one URN would overwrite each other in the supervisor's books.
+    port = CoalescingPort(lambda fn: fn())
+    state = random.getstate()
+    try:
+        random.seed(7)
+        first = _Recorder(port, []).actor_urn
+        random.seed(7)
+        assert _Recorder(port, []).actor_urn != first
+    finally:
+        random.setstate(state)
 
 
 def test_a_stopped_flag_wakes_a_thread_waiting_on_it() -> None:

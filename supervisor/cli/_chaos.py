@@ -532,8 +532,12 @@ class _Client:
             except _StoreAwayError:
                 delay = self._store_backoff(deadline)
                 continue
+            except WireRejectedError:
+                raise  # a live process answered: run() counts its status
             except _BROKEN:
-                ws = self.ws or ws  # the connection the resume got, cut next
+                if self.ws is None:
+                    raise  # connect tried every process and none took it: run() counts it
+                ws = self.ws  # the connection the resume got, cut next
                 if not self.targets.many or not self._process_died():
                     raise
                 delay = self.random.uniform(0, self.config.max_reconnect_delay_s)
