@@ -7,6 +7,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -17,9 +18,11 @@ from pathlib import Path
 
 import pytest
 import trio
+from rich.console import Console
 
 from supervisor._system import DEFAULT_PASSIVATE_AFTER_S
-from supervisor.cli._commands import _gateway_config
+from supervisor.cli._chaos import ChaosReport, ClientReport
+from supervisor.cli._commands import _gateway_config, _RunFigures, _table
 from supervisor.cli._demo_processes import reap
 from supervisor.cli._flags import SECRET_ENV, parser
 from supervisor.cli._wire_client import WireClient
@@ -492,3 +495,18 @@ def test_the_gateway_config_refuses_a_passivation_that_is_no_duration() -> None:
     for bad in (-1.0, math.inf, math.nan):
         with pytest.raises(ValueError, match="passivate_after_s must be None or a finite"):
             GatewayConfig(passivate_after_s=bad)
+
+
+def test_the_table_names_each_kind_of_error_beside_the_count() -> None:
+    """A failed run says which errors it met, not only how many (the cluster
+    demo once failed on ``errors 1`` and its table could not say why)."""
+    totals = ClientReport(errors=3, error_codes={"replaced": 2, "unknown_session": 1})
+    console = Console(width=200, record=True)
+    console.print(_table(ChaosReport(totals=totals, clients=[]), None, _RunFigures()))
+    text = console.export_text()
+    assert re.search(r"│ errors +│ +3 │", text), text
+    assert re.search(r"│ errors by kind +│ +replaced 2, unknown_session 1 │", text), text
+
+    clean = Console(width=200, record=True)
+    clean.print(_table(ChaosReport(totals=ClientReport(), clients=[]), None, _RunFigures()))
+    assert "errors by kind" not in clean.export_text()  # no row for what did not happen

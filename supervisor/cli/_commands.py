@@ -104,6 +104,7 @@ def _table(report: ChaosReport, gateway: Gateway | None, run: _RunFigures) -> Ta
         ("lost upstream", t.lost_upstream),
         ("duplicated upstream", t.duplicated_upstream),
         ("errors", t.errors),
+        *_error_kinds(t.error_codes),
         *_run_rows(report, run),
     ]
     if gateway is not None:
@@ -115,6 +116,13 @@ def _table(report: ChaosReport, gateway: Gateway | None, run: _RunFigures) -> Ta
     ok = _verdict(report, run)
     table.add_row("verdict", "[green]nothing lost or repeated[/]" if ok else "[red]FAILED[/]")
     return table
+
+
+def _error_kinds(codes: dict[str, int]) -> list[tuple[str, object]]:
+    """The errors' kinds, when there were any: a failed run says what it met."""
+    if not codes:
+        return []
+    return [("errors by kind", ", ".join(f"{code} {n}" for code, n in sorted(codes.items())))]
 
 
 def _run_rows(report: ChaosReport, run: _RunFigures) -> list[tuple[str, object]]:
