@@ -139,6 +139,31 @@ def test_a_primary_that_lost_the_scripts_gets_them_again(redis_cluster: LocalClu
     store.close()
 
 
+def test_a_node_the_script_broadcast_missed_still_runs_every_call(
+    redis_cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """During a failover the client's map of primaries can be stale, so loading
+    a script on "every primary" misses the promoted replica that then answers
+    NOSCRIPT (seen in ``demo --redis cluster-local``: an input's claim raised
+    NoScriptError and the input was never answered). Each call must still run,
+    whichever node serves its slot."""
+    store = on_cluster(redis_cluster)
+    ids = created(store, "m")
+    for port in redis_cluster.ports:
+        with redis.Redis(host="127.0.0.1", port=port) as node:
+            node.script_flush()
+    # The client's stale map: no primary to load a script on.
+    monkeypatch.setattr(store._client, "get_primaries", lambda: [])
+    assert [store.claim_input(sid, "gw-1", "in-1") for sid in ids] == [True] * SESSIONS
+    for sid in ids:
+        store.record_client_seq(sid, 1)
+    commits = [Commit(session_id=sid, epoch=1, record=None, appends=events(1, 1)) for sid in ids]
+    assert store.commit_many(commits) == [None] * SESSIONS
+    assert store.renew_many([(sid, 1) for sid in ids]) == [True] * SESSIONS
+    assert [store.client_watermark(sid).last_client_seq for sid in ids] == [1] * SESSIONS
+    store.close()
+
+
 class BatchRecordingStore(RedisStore):
     """Records, for each `commit_many`, the primaries its commits went to."""
 

@@ -507,16 +507,16 @@ class RedisStore:
 
     def _run(self, script: Any, keys: list[str], args: list[Any], *, wrote: bool = False) -> Any:
         """One script call (EVALSHA) on its session's node. A node that lacks the
-        script gets it from `_redis_cluster.load_script`, not from redis-py's
-        `Script`, whose SCRIPT LOAD goes to every primary of a cluster and fails
-        whole while one is down: a call on a healthy primary would then be
-        unavailable during another primary's failover."""
+        script (a restart, a replica just promoted) runs it by EVAL, routed by
+        the same keys, which also leaves it in that node's cache. Not loaded
+        on "every primary" first: redis-py's `Script` does that and fails whole
+        while one is down, and during a failover the client's map of primaries
+        can miss the promoted one, which then answers NOSCRIPT again."""
         with self._reachable(wrote=wrote):
             try:
                 return self._client.evalsha(script.sha, len(keys), *keys, *args)
-            except NoScriptError:
-                _redis_cluster.load_script(self._client, script.script)
-                return self._client.evalsha(script.sha, len(keys), *keys, *args)
+            except NoScriptError:  # nothing ran
+                return self._client.eval(script.script, len(keys), *keys, *args)
 
     def create(self, session_id: str, record: SessionRecord) -> int:
         """See `SessionStore.create`. Its answer lost (`StoreOutcomeUnknownError`),
@@ -564,33 +564,37 @@ class RedisStore:
         or the error Redis answered for that call alone.
 
         By its digest (EVALSHA), not redis-py's pipelined scripts, which ask
-        ``SCRIPT EXISTS`` first: a second round trip per batch. A Redis that
-        lost its scripts (a restart) answers NOSCRIPT without running them:
-        loaded, those calls are sent again.
+        ``SCRIPT EXISTS`` first: a second round trip per batch. A node that
+        lost its scripts (a restart, a replica just promoted) answers NOSCRIPT
+        without running them: those calls are sent again by EVAL, as in `_run`.
         """
         if not calls:
             return []
         replies = self._send(script, calls, durable=durable)
         missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
         if missing:
-            _redis_cluster.load_script(self._client, script.script)
+            again = [calls[i] for i in missing]
             for i, reply in zip(
-                missing,
-                self._send(script, [calls[i] for i in missing], durable=durable),
-                strict=True,
+                missing, self._send(script, again, durable=durable, by_body=True), strict=True
             ):
                 replies[i] = reply
         return replies
 
     def _send(
-        self, script: Any, calls: list[tuple[list[str], list[Any]]], *, durable: bool = False
+        self,
+        script: Any,
+        calls: list[tuple[list[str], list[Any]]],
+        *,
+        durable: bool = False,
+        by_body: bool = False,
     ) -> list[Any]:
-        """One pipeline (`_redis_cluster.send_scripts`); ``durable`` with
+        """One pipeline (`_redis_cluster.send_scripts`; ``by_body``: EVAL with
+        the script's text, not EVALSHA); ``durable`` with
         `durability_replicas`: an applied script (reply 1) whose replicas did
         not all acknowledge it is answered `StoreUnavailableError`."""
         replies, acknowledged = _redis_cluster.send_scripts(
             self._client,
-            script.sha,
+            ("EVAL", script.script) if by_body else ("EVALSHA", script.sha),
             calls,
             wait_replicas=self.durability_replicas if durable else 0,
             wait_ms=self._wait_ms,

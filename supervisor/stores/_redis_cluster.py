@@ -22,7 +22,6 @@ for a single Redis that cannot be reached.
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 from urllib.parse import unquote
 
@@ -36,7 +35,6 @@ __all__ = [
     "RedisCluster",
     "cluster_client",
     "is_cluster_url",
-    "load_script",
     "nothing_sent",
     "refused_for_replicas",
     "send_scripts",
@@ -143,27 +141,16 @@ def cluster_client(url: str, *, max_connections: int, timeout_s: float) -> Redis
     )
 
 
-def load_script(client: redis.Redis | RedisCluster, script: str) -> None:
-    """SCRIPT LOAD on Redis, or on each primary of a cluster that answers (a
-    primary that is down gets it at its replica's first NOSCRIPT, after its
-    promotion)."""
-    if not isinstance(client, RedisCluster):
-        client.script_load(script)
-        return
-    for node in client.get_primaries():  # type: ignore[no-untyped-call]
-        with contextlib.suppress(*UNREACHABLE):
-            client.execute_command("SCRIPT LOAD", script, target_nodes=node)  # type: ignore[no-untyped-call]
-
-
 def send_scripts(
     client: redis.Redis | RedisCluster,
-    sha: str,
+    script: tuple[str, str],
     calls: list[tuple[list[str], list[Any]]],
     *,
     wait_replicas: int,
     wait_ms: int,
 ) -> tuple[list[Any], list[bool]]:
-    """Run the script ``sha`` once per ``(keys, args)`` in one pipeline: each
+    """Run ``script``, ``("EVALSHA", sha)`` or ``("EVAL", text)``, once per
+    ``(keys, args)`` in one pipeline: each
     reply (or the error answered for that call alone), and for each whether
     ``wait_replicas`` replicas acknowledged it (always, when 0).
 
@@ -175,7 +162,7 @@ def send_scripts(
     """
     wait = (wait_replicas, wait_ms)
     try:
-        return _send_once(client, sha, calls, wait)
+        return _send_once(client, script, calls, wait)
     except UNREACHABLE:
         if not isinstance(client, RedisCluster):
             raise
@@ -189,7 +176,7 @@ def send_scripts(
     acknowledged = [False] * len(calls)
     for indexes in by_node.values():
         try:
-            node_replies, node_acked = _send_once(client, sha, [calls[i] for i in indexes], wait)
+            node_replies, node_acked = _send_once(client, script, [calls[i] for i in indexes], wait)
         except UNREACHABLE as exc:
             node_replies, node_acked = [exc] * len(indexes), [False] * len(indexes)
         for i, reply, acked in zip(indexes, node_replies, node_acked, strict=True):
@@ -198,7 +185,10 @@ def send_scripts(
 
 
 def _send_once(
-    client: redis.Redis | RedisCluster, sha: str, calls: list[Any], wait: tuple[int, int]
+    client: redis.Redis | RedisCluster,
+    script: tuple[str, str],
+    calls: list[Any],
+    wait: tuple[int, int],
 ) -> tuple[list[Any], list[bool]]:
     """`send_scripts` in one pipeline; ``wait`` is ``(wait_replicas, wait_ms)``.
 
@@ -213,14 +203,14 @@ def _send_once(
         for keys, args in calls:
             if cluster is None:
                 nodes.append(None)
-                pipe.evalsha(sha, len(keys), *keys, *args)
+                pipe.execute_command(*script, len(keys), *keys, *args)
                 continue
             # Routed by our slot map: redis-py's cluster pipeline blocks its
             # evalsha and would ask the server for each command's keys
             # (COMMAND GETKEYS, a round trip per command).
             node = cluster.get_node_from_key(keys[0])  # type: ignore[no-untyped-call]
             nodes.append(node)
-            pipe.execute_command("EVALSHA", sha, len(keys), *keys, *args, target_nodes=node)
+            pipe.execute_command(*script, len(keys), *keys, *args, target_nodes=node)
         waits = list({id(node): node for node in nodes}.values()) if wait_replicas else []
         for node in waits:
             routed = {} if node is None else {"target_nodes": node}
