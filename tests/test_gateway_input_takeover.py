@@ -91,3 +91,53 @@ async def test_an_input_in_flight_on_a_stopped_process_is_answered_once_after_a_
             finally:
                 await other.cut()
             nursery.cancel_scope.cancel()
+
+
+class _ClaimFailsOnce(MemoryStore):
+    """A store whose first input claim fails with an error of its own (as a
+    Redis node lacking the claim's script once did during a failover)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed = False
+
+    def claim_input(self, session_id: str, claimant: str, key: str) -> bool | None:
+        if not self.failed:
+            self.failed = True
+            raise RuntimeError("the store failed this claim")
+        return super().claim_input(session_id, claimant, key)
+
+
+async def test_an_input_whose_failed_claim_is_left_unmarked_and_answered_after_a_resume() -> None:
+    """The claim's failure is the store's, not the engine's: the input was never
+    answered, so it must stay below the watermark for the client to send again."""
+    with trio.fail_after(LIMIT):
+        async with trio.open_nursery() as nursery:
+            store = _ClaimFailsOnce()
+            first = await _serve(store, DemoEngine(QUIET), nursery)
+            second = await _serve(store, DemoEngine(QUIET), nursery)
+            client = await WireClient.connect(first.url)
+            try:
+                await client.send_json({"type": "session.open"})
+                created = await client.receive_json()
+                session_id = str(created["session_id"])
+                await client.send_json(_input(1))
+                while not store.failed:
+                    await trio.sleep(0.01)
+                await client.send_bytes(_chunk(2))
+                frames = await read_until(client, "input_audio.received", client_seq=2)
+                while not store.client_watermark(session_id).handled(2):
+                    await trio.sleep(0.01)
+            finally:
+                await client.cut()
+            assert store.client_watermark(session_id).last_client_seq == 0
+            other = await resume_elsewhere(second.url, created, frames)
+            try:
+                resumed = await other.receive_json()
+                assert (resumed["type"], resumed["last_client_seq"]) == ("session.resumed", 0)
+                await other.send_json(_input(1))
+                answer = await read_until(other, "response.done", client_event_id="q1")
+                assert any(f["type"] == "response.output_text.delta" for f in answer)
+            finally:
+                await other.cut()
+            nursery.cancel_scope.cancel()

@@ -372,7 +372,9 @@ class EngineWork:
             try:
                 if args is None:
                     await self.engine.start(live.session)
-                elif await self._claimed(live, args[0]):
+                elif (claimed := await self._claimed(live, args[0])) is None:
+                    return  # unanswered and not marked handled: a resume's resend is answered
+                elif claimed:
                     # An answer is cancellable by its input's id (barge-in).
                     with live.session.cancellable(args[0]):
                         await self.engine.answer(live.session, *args)
@@ -386,15 +388,21 @@ class EngineWork:
             if client_seq is not None:
                 await self._handled(live, client_seq)
 
-    async def _claimed(self, live: _Live, client_event_id: str) -> bool:
-        """Whether this process answers the input (always, without a store)."""
+    async def _claimed(self, live: _Live, client_event_id: str) -> bool | None:
+        """Whether this process answers the input (always, without a store);
+        ``None`` if the store failed the claim with an error of its own (not
+        unavailable, which is waited out): the store's failure, not the engine's."""
         store = self.registry.system.store
         if store is None:
             return True
         session_id = live.session.session_id
-        claimed = await self._store_call(
-            store.claim_input, session_id, live.claimant, input_key(client_event_id)
-        )
+        try:
+            claimed = await self._store_call(
+                store.claim_input, session_id, live.claimant, input_key(client_event_id)
+            )
+        except Exception:
+            logger.exception("an input's claim failed in the session store; left unanswered")
+            return None
         if claimed is False:
             frame = {"type": "input.duplicate", "client_event_id": client_event_id}
             with contextlib.suppress(Exception):
