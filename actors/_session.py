@@ -342,6 +342,7 @@ class SessionActor(LoopActor):
         """The rest of `_run`, once the transition is durable (or needs no write)."""
         state = self._state
         assert state is not None  # noqa: S101
+        state.settle()
         command = call.command
         if isinstance(transition.error, InvalidResumeTokenError) and self._link.taken_over():
             # The token may be one another process issued when it took this
