@@ -245,6 +245,8 @@ class SessionState(ResumeRules, EventRules, AttachmentRules):
         the wire. ``last_active`` is when the shell last handled a command
         other than a tick; idleness counts from the later of the two.
         """
+        if self._attachment is not None:
+            return None  # attached, activating or closed: `phase` not worked out per send
         if self.phase not in (SessionPhase.DETACHED, SessionPhase.RECOVERING):
             return None
         detached_at = self._fields.detached_at
