@@ -239,8 +239,9 @@ class SessionCalls:
         Not a coroutine itself: with room in the session, the caller awaits
         the reply's own ``wait`` (a coroutine less per awaited call).
         """
-        self.flush(session_id)
-        if not self.has_room(session_id):
+        if self._bursts:
+            self.flush(session_id)
+        if self.pending.get(session_id, 0) >= self._max_pending:  # not has_room()
             return self._ask_once_room(session_id, command)
         reply = self._new_reply()
         self.call_in_room(session_id, command, reply)
