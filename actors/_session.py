@@ -276,6 +276,11 @@ class SessionActor(LoopActor):
     def on_receive(self, message: Any) -> Any:
         if self._gone:
             return None
+        if type(message) is Call and self._link.in_flight is None and not self._holding.suspended:
+            # Most messages: a call to a session free to run it (what the
+            # chain below would decide after seven checks).
+            self._on_call(message)
+            return None
         if isinstance(message, Committed):
             self._link.committed(message)
         elif isinstance(message, Fenced):
@@ -314,6 +319,8 @@ class SessionActor(LoopActor):
         """Run the stashed calls the state's phase lets through now."""
         state = self._state
         assert state is not None  # noqa: S101
+        if not self._stash:
+            return  # nothing stashed (the usual case): no phase to work out
         while self._ready():
             held = self._stash.next_ready(state.phase)
             if held is None:
@@ -342,6 +349,7 @@ class SessionActor(LoopActor):
         """The rest of `_run`, once the transition is durable (or needs no write)."""
         state = self._state
         assert state is not None  # noqa: S101
+        state.settle()
         command = call.command
         if isinstance(transition.error, InvalidResumeTokenError) and self._link.taken_over():
             # The token may be one another process issued when it took this

@@ -22,7 +22,7 @@ from actors._commands import (
 )
 from actors._fields import SessionFields
 from actors._journal import EventJournal
-from actors._transition import Failpoints, SessionConfig, StateSnapshot
+from actors._transition import NO_FAILPOINTS, Failpoints, SessionConfig, StateSnapshot
 
 __all__ = ["StateCore"]
 
@@ -90,7 +90,9 @@ class StateCore:
     # -- helpers ---------------------------------------------------------------
 
     def _failpoint(self, name: str) -> None:
-        self._failpoints.hit(name, self._session_id)
+        failpoints = self._failpoints
+        if failpoints is not NO_FAILPOINTS:  # no call without a fault plan (3 per send)
+            failpoints.hit(name, self._session_id)
 
     def _event(self, kind: LifecycleKind, reason: str | None = None) -> LifecycleEvent:
         return LifecycleEvent(

@@ -147,3 +147,29 @@ async def test_a_parked_session_keeps_two_objects_for_the_garbage_collector() ->
             # batches (at its next growth), not at once: not a parked cost.
             del grown["TrioOutbox"]
             assert sum(grown.values()) <= 2 * batch + 8, grown.most_common(8)
+
+
+async def test_a_live_session_keeps_no_snapshot_of_its_last_command() -> None:
+    # A command's snapshot is there to undo it if its store write fails; kept
+    # until the next command, it held four objects per live session (both
+    # snapshots, the fields and the attachment from before the command) that
+    # every full collection walked while a batch of sessions waited to park.
+    batch = 50
+    with trio.fail_after(LIMIT):
+        async with registry() as reg:
+
+            async def open_a_batch(first: int) -> Counter[str]:
+                for n in range(first, first + batch):
+                    await reg.create(f"s{n}", send=_send, close=_close)
+                    await reg.detach(f"s{n}")
+                await trio.testing.wait_all_tasks_blocked()
+                return _tracked()
+
+            await open_a_batch(0)
+            once = await open_a_batch(batch)
+            grown = await open_a_batch(2 * batch) - once
+            assert grown["SessionState"] == batch  # live, not parked
+            assert grown["StateSnapshot"] == 0, grown.most_common(8)
+            assert grown["JournalSnapshot"] == 0
+            assert grown["SessionFields"] == batch  # the current ones only
+            assert grown["TransportAttachment"] == 0  # detached: the old one is let go

@@ -33,13 +33,16 @@ class LoopReply:
     still wait: then they queue behind). A subclass wakes its loop's waiter.
     """
 
-    __slots__ = ("_done", "_error", "_on_settled", "_port", "_settled_key", "_value")
+    __slots__ = ("_done", "_error", "_on_settled", "_port", "_queued", "_settled_key", "_value")
 
     def __init__(self, port: CoalescingPort) -> None:
         self._port = port
         self._on_settled: Callable[[str], None] | None = None
         self._settled_key = ""
         self._done = False
+        # An answer given on the loop behind queued callbacks, kept in
+        # _value/_error until its turn (`_land_queued`).
+        self._queued = False
         self._value: object = None
         self._error: BaseException | None = None
 
@@ -50,10 +53,24 @@ class LoopReply:
         self._settle(None, error)
 
     def _settle(self, value: object, error: BaseException | None) -> None:
-        if self._port.may_run_now():
+        port = self._port
+        if port.may_run_now():
             self._land(value, error)
-        else:
-            self._port.submit(lambda: self._land(value, error))
+        elif not port.on_loop():
+            port.submit(lambda: self._land(value, error))
+        elif not self._queued and not self._done:
+            # On the loop, behind callbacks submitted before it: the answer
+            # waits on the reply itself and a bound method rides the port
+            # (a closure and its cells were four more objects per call).
+            # A later answer given on the loop meanwhile would land after
+            # this one, so it is dropped: the first answer wins either way.
+            self._queued = True
+            self._value = value
+            self._error = error
+            port.submit(self._land_queued)
+
+    def _land_queued(self) -> None:
+        self._land(self._value, self._error)
 
     def settle_later(self, on_settled: Callable[[str], None], key: str) -> None:
         """Call ``on_settled(key)`` once this reply is settled (set before it
@@ -84,7 +101,9 @@ class LoopReply:
     def _wake(self) -> None:
         raise NotImplementedError
 
-    async def wait(self) -> Any:
+    def wait(self) -> Awaitable[Any]:
+        """What the caller awaits for the answer; awaited at once, by the
+        task that asked."""
         raise NotImplementedError
 
 
@@ -164,6 +183,7 @@ class SessionCalls:
         "_new_reply",
         "_notify",
         "_port",
+        "_release_one",
         "_system",
         "pending",
         "room",
@@ -194,6 +214,8 @@ class SessionCalls:
         # any other call to that session, so per-session order holds.
         self._bursts: dict[str, tuple[bool, list[Mapping[str, object]]]] = {}
         self._flush_scheduled = False
+        # Bound once: every awaited call's reply holds it until settled.
+        self._release_one = self.release
 
     def in_flight(self) -> int:
         """Calls sent and not yet settled, over every session."""
@@ -207,7 +229,7 @@ class SessionCalls:
         """Send ``command`` to its session in one of its places (`has_room`);
         ``reply``, once settled, gives the place back."""
         self.pending[session_id] = self.pending.get(session_id, 0) + 1
-        reply.settle_later(self.release, session_id)
+        reply.settle_later(self._release_one, session_id)
         self._system.call(session_id, command, reply)
 
     def ask(self, session_id: str, command: Command) -> Awaitable[Any]:
@@ -217,8 +239,9 @@ class SessionCalls:
         Not a coroutine itself: with room in the session, the caller awaits
         the reply's own ``wait`` (a coroutine less per awaited call).
         """
-        self.flush(session_id)
-        if not self.has_room(session_id):
+        if self._bursts:
+            self.flush(session_id)
+        if self.pending.get(session_id, 0) >= self._max_pending:  # not has_room()
             return self._ask_once_room(session_id, command)
         reply = self._new_reply()
         self.call_in_room(session_id, command, reply)

@@ -10,6 +10,9 @@ resume the client may never have seen (``abandon_resume``).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+from typing import Any
+
 from actors._commands import (
     AbortResume,
     BeginResume,
@@ -39,13 +42,17 @@ class EngineLeaseCalls(LoopDoor):
             and engine lease generation; ``None`` where ``detach`` answers
             ``False``. Fence the engine's own detach on that lease.
         """
+        released: DetachedAttachment | None = await self._release(session_id, attachment_generation)
+        return released
+
+    def _release(self, session_id: str, attachment_generation: int | None) -> Awaitable[Any]:
+        """Send ``ReleaseAttachment`` and return what to await: ``detach``
+        awaits it itself (not a coroutine: one fewer per detach)."""
         check_session_id(session_id, strict=self._strict)
         check_generation(
             attachment_generation, what="attachment_generation", optional=True, strict=self._strict
         )
-        command = ReleaseAttachment(attachment_generation=attachment_generation)
-        released: DetachedAttachment | None = await self._ask(session_id, command)
-        return released
+        return self._ask(session_id, ReleaseAttachment(attachment_generation=attachment_generation))
 
     async def begin_resume(self, session_id: str) -> None:
         """Claim that a resume of ``session_id`` is about to land and activate.

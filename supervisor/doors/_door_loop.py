@@ -22,7 +22,6 @@ from actors._commands import (
     Command,
     ResumeResult,
     SendCallable,
-    SessionCreated,
 )
 from actors._errors import RegistryClosedError, SessionCrashedError, SessionError
 from supervisor._options import RegistryOptions
@@ -185,18 +184,15 @@ class LoopDoor:
 
     # -- a create or resume whose caller was cancelled is undone -------------------------
 
-    async def _await_create(
-        self, session_id: str, reply: LoopReply, outbox: OutboxCore
-    ) -> SessionCreated:
-        """The create's answer; cancelled before it, the session is closed again."""
-        try:
-            created: SessionCreated = await reply.wait()
-        except BaseException as exc:
-            outbox.stop("create_failed", close=False)
-            if self._is_cancellation(exc):
-                await self._undo_cancelled_create(session_id, reply)
-            raise
-        return created
+    async def _create_unanswered(
+        self, session_id: str, reply: LoopReply, outbox: OutboxCore, exc: BaseException
+    ) -> None:
+        """A create's wait for its answer raised ``exc`` (the caller re-raises
+        it): its outbox stops, and a create whose caller was cancelled
+        before the answer is closed again."""
+        outbox.stop("create_failed", close=False)
+        if self._is_cancellation(exc):
+            await self._undo_cancelled_create(session_id, reply)
 
     async def _undo_cancelled_create(self, session_id: str, reply: LoopReply) -> None:
         """The caller gave up before it saw its token: the session must not stay."""

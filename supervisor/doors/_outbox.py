@@ -146,6 +146,8 @@ class OutboxCore:
         self._activating = False
         self._sends = 0
         self._closing = False
+        # The reason of a retire queued on the loop (`_retire_queued`).
+        self._retiring: str | None = None
         self.finished = False
 
     # -- any thread ------------------------------------------------------------------
@@ -161,7 +163,18 @@ class OutboxCore:
         # outbox while that outbox's pump may be settling a failed send (an
         # activation's rollback), and the pump's own verdict (close the
         # transport) must come first.
-        self._port.submit(lambda: self.stop(reason, close=False))
+        port = self._port
+        if not port.on_loop():
+            port.submit(lambda: self.stop(reason, close=False))
+        elif self._retiring is None:
+            # A bound method, not a closure (four objects fewer per detach);
+            # a later retire would find this one's stop done: a no-op.
+            self._retiring = reason
+            port.submit(self._retire_queued)
+
+    def _retire_queued(self) -> None:
+        assert self._retiring is not None  # noqa: S101 - set before it was queued
+        self.stop(self._retiring, close=False)
 
     def close_transport(self, reason: str) -> None:
         self._port.submit(lambda: self.stop(reason, close=True))

@@ -15,7 +15,7 @@ thread (from the loop's own thread, through a drain task: `LocalDrain`).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, Unpack
 
@@ -45,14 +45,22 @@ class TrioReply(LoopReply):
     def _wake(self) -> None:
         task, self._task = self._task, None
         if task is not None:
-            trio.lowlevel.reschedule(task, outcome.Value(None))
+            # The answer itself is the waiter's outcome: its wait returns
+            # or raises it with no coroutine of ours around trio's.
+            error = self._error
+            answer = outcome.Value(self._value) if error is None else outcome.Error(error)
+            trio.lowlevel.reschedule(task, answer)
 
-    async def wait(self) -> Any:
-        if not self._done:
-            self._task = trio.lowlevel.current_task()
-            await trio.lowlevel.wait_task_rescheduled(self._abort)
-        else:
-            await trio.lowlevel.checkpoint()
+    def wait(self) -> Awaitable[Any]:
+        # Not a coroutine: one object fewer per awaited call. ``wait`` is
+        # awaited at once by the task that calls it (every caller does).
+        if self._done:
+            return self._answered()
+        self._task = trio.lowlevel.current_task()
+        return trio.lowlevel.wait_task_rescheduled(self._abort)
+
+    async def _answered(self) -> Any:
+        await trio.lowlevel.checkpoint()
         return self._outcome()
 
     def _abort(self, _: object) -> trio.lowlevel.Abort:
