@@ -26,6 +26,7 @@ import contextlib
 from typing import Any
 from urllib.parse import unquote
 
+import hiredis
 import redis
 import redis.exceptions
 from redis.cluster import ClusterNode, RedisCluster
@@ -197,24 +198,64 @@ def send_scripts(
     return replies, acknowledged
 
 
+def _send_plain(
+    client: redis.Redis, sha: str, calls: list[Any], wait: tuple[int, int]
+) -> tuple[list[Any], list[bool]]:
+    """`_send_once` on one Redis: the commands packed and written at once on
+    one connection of the pool, then each reply read (an error reply is that
+    command's answer alone). Not redis-py's `Pipeline`: its per-command
+    objects, callbacks, retry wrapper and argument checks (a generator per
+    command) cost more than the round trip's own work at the hundreds of
+    batches a second a committer sends, and
+    it would send a batch again after a broken connection, where a write's
+    outcome must be unknown instead (the caller fences it)."""
+    wait_replicas, wait_ms = wait
+    commands: list[tuple[Any, ...]] = [
+        ("EVALSHA", sha, len(keys), *keys, *args) for keys, args in calls
+    ]
+    if wait_replicas:
+        commands.append(("WAIT", wait_replicas, wait_ms))
+    pool = client.connection_pool
+    connection: Any = pool.get_connection()
+    try:
+        # hiredis packs str, bytes and int as they are: every argument here is one.
+        packed = b"".join([hiredis.pack_command(command) for command in commands])
+        connection.send_packed_command([packed], check_health=False)
+        replies: list[Any] = []
+        for _ in commands:
+            try:
+                replies.append(connection.read_response())
+            except redis.exceptions.ResponseError as exc:
+                replies.append(exc)
+    except BaseException:
+        connection.disconnect()
+        raise
+    finally:
+        pool.release(connection)
+    if not wait_replicas:
+        return replies, [True] * len(calls)
+    waited = replies.pop()
+    acked = not isinstance(waited, Exception) and int(waited) >= wait_replicas
+    return replies, [acked] * len(calls)
+
+
 def _send_once(
     client: redis.Redis | RedisCluster, sha: str, calls: list[Any], wait: tuple[int, int]
 ) -> tuple[list[Any], list[bool]]:
     """`send_scripts` in one pipeline; ``wait`` is ``(wait_replicas, wait_ms)``.
 
     With ``wait_replicas``, a ``WAIT`` per node follows that node's scripts
-    in the same pipeline: redis-py sends a node's commands on one connection,
-    in order, and WAIT counts the writes of its own connection.
+    in the same pipeline: a node's commands go on one connection, in order
+    (redis-py's cluster pipeline; `_send_plain` on one Redis), and WAIT
+    counts the writes of its own connection.
     """
+    if not isinstance(client, RedisCluster):
+        return _send_plain(client, sha, calls, wait)
     wait_replicas, wait_ms = wait
-    cluster = client if isinstance(client, RedisCluster) else None
-    nodes: list[Any] = []  # per call, its node (a cluster) or None
-    with client.pipeline(transaction=False) as pipe:
+    cluster = client
+    nodes: list[Any] = []  # per call, its node
+    with cluster.pipeline(transaction=False) as pipe:  # type: ignore[no-untyped-call]
         for keys, args in calls:
-            if cluster is None:
-                nodes.append(None)
-                pipe.evalsha(sha, len(keys), *keys, *args)
-                continue
             # Routed by our slot map: redis-py's cluster pipeline blocks its
             # evalsha and would ask the server for each command's keys
             # (COMMAND GETKEYS, a round trip per command).
@@ -223,8 +264,7 @@ def _send_once(
             pipe.execute_command("EVALSHA", sha, len(keys), *keys, *args, target_nodes=node)
         waits = list({id(node): node for node in nodes}.values()) if wait_replicas else []
         for node in waits:
-            routed = {} if node is None else {"target_nodes": node}
-            pipe.execute_command("WAIT", wait_replicas, wait_ms, **routed)
+            pipe.execute_command("WAIT", wait_replicas, wait_ms, target_nodes=node)
         replies = list(pipe.execute(raise_on_error=False))
     acked = {
         id(node): not isinstance(reply, Exception) and int(reply) >= wait_replicas
