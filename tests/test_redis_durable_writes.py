@@ -14,6 +14,7 @@ whose replication the tests cut (`cut_replication`) and restore.
 
 from __future__ import annotations
 
+import functools
 import time
 
 import pytest
@@ -160,25 +161,20 @@ def test_a_takeover_unreplicated_answers_the_resume_unavailable(replicated_redis
     with registry(first) as a, registry(second) as b:
         created = a.create("s", send=old_wire.send, close=old_wire.close)
         a.send_event("s", {"n": 1})
-        token = created.resume_token.plaintext
-        cut_replication(replica.port)
-        with pytest.raises(StoreOutcomeUnknownError):
-            b.resume(
-                "s",
-                resume_token=token,
-                last_received_server_event_seq=0,
-                send=new_wire.send,
-                close=new_wire.close,
-            )
-        assert "s" not in b.session_ids() and new_wire.frames == []
-        restore_replication(replica)
-        result = b.resume(
+        resume = functools.partial(
+            b.resume,
             "s",
-            resume_token=token,
+            resume_token=created.resume_token.plaintext,
             last_received_server_event_seq=0,
             send=new_wire.send,
             close=new_wire.close,
         )
+        cut_replication(replica.port)
+        with pytest.raises(StoreOutcomeUnknownError):
+            resume()
+        assert "s" not in b.session_ids() and new_wire.frames == []
+        restore_replication(replica)
+        result = resume()
         assert [entry.sequence for entry in result.replay_entries] == [1]
     first.close()
     second.close()
