@@ -15,7 +15,7 @@ import pytest
 
 from supervisor.testing import FakeClock, Wire
 from tests.redis_cluster_support import LocalCluster
-from tests.redis_support import RedisServer, running_server
+from tests.redis_support import RedisServer, replicated_pair, running_server
 
 
 @pytest.fixture
@@ -34,6 +34,12 @@ def wire(duplex_wire: Wire) -> Wire:
 def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
     """A fresh redis-server of this test's own (see tests/redis_support.py)."""
     yield from running_server(tmp_path)
+
+
+@pytest.fixture
+def replicated_redis(tmp_path: Path) -> Iterator[tuple[RedisServer, RedisServer]]:
+    """A redis-server and its replica, of this test's own (tests/redis_support.py)."""
+    yield from replicated_pair(tmp_path)
 
 
 @pytest.fixture(scope="session")

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 
 HOW_TO_RUN = (
     "redis-server not on PATH: install it (Debian: apt-get install redis-server) "
@@ -126,3 +127,24 @@ def running_server(directory: Path) -> Iterator[RedisServer]:
         yield server
     finally:
         server.stop()
+
+
+def replicated_pair(directory: Path) -> Iterator[tuple[RedisServer, RedisServer]]:
+    """A primary and its replica (``REPLICAOF``), replicating when yielded."""
+    primary = RedisServer(redis_binary(), directory / "primary")
+    replica = RedisServer(redis_binary(), directory / "replica")
+    for server in (primary, replica):
+        server.directory.mkdir()
+        server.start()
+    try:
+        with redis.Redis(host="127.0.0.1", port=replica.port) as node:
+            node.execute_command("REPLICAOF", "127.0.0.1", str(primary.port))
+            deadline = time.monotonic() + 20
+            while node.info("replication").get("master_link_status") != "up":
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the replica did not link to its primary within 20 s")
+                time.sleep(0.05)
+        yield primary, replica
+    finally:
+        replica.stop()
+        primary.stop()

@@ -119,12 +119,13 @@ def cut_replication(replica: int) -> None:
 
 
 def test_a_durable_commit_without_its_replica_is_unavailable(redis_server: RedisServer) -> None:
-    """One redis-server has no replica: WAIT 1 never reaches 1."""
+    """One redis-server has no replica: WAIT 1 never reaches 1. (Created
+    without the flag: a durable create would wait for a replica too.)"""
     store = RedisStore(redis_server.url, timeout_s=0.4, durability_replicas=1)
-    store.create("a", record())
+    plain = RedisStore(redis_server.url)
+    plain.create("a", record())
     with pytest.raises(StoreUnavailableError, match="replicas"):
         store.commit(Commit(session_id="a", epoch=1, record=None, appends=events(1, 1)))
-    plain = RedisStore(redis_server.url)
     plain.commit(Commit(session_id="a", epoch=1, record=None, appends=events(2, 2)))
     store.close()
     plain.close()

@@ -28,6 +28,7 @@ from actors._store import Commit, StoredSession
 from supervisor import InvalidResumeTokenError, SessionCrashedError, StoreUnavailableError
 from supervisor.doors._trio import TrioSessionRegistry, open_session_registry
 from supervisor.redis_store import RedisStore
+from supervisor.stores import _redis_cluster
 from supervisor.stores._committer import StoreCommitter
 from supervisor.stores._memory import MemoryStore
 from supervisor.testing import Wire, registry_options
@@ -247,6 +248,27 @@ def test_commit_many_loads_its_script_again_after_redis_lost_it(
     assert store.renew_many([("a", 1), ("a", 2)]) == [True, False]
     redis.Redis.from_url(redis_server.url).script_flush()
     assert store.renew_many([("a", 1)]) == [True]
+    store.close()
+
+
+def test_commit_many_without_hiredis_packs_with_redis_py(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """redis-py installed without its [hiredis] extra: the batch is packed by
+    the connection itself, and the same commits, refusals and scripts hold."""
+    monkeypatch.setattr(_redis_cluster, "_hiredis", None)
+    store = RedisStore(redis_server.url)
+    store.create("a", record())
+    redis.Redis.from_url(redis_server.url).script_flush()  # the EVAL path too
+    outcomes = store.commit_many(
+        [
+            Commit(session_id="a", epoch=1, record=None, appends=events(1, 2)),
+            Commit(session_id="a", epoch=9, record=None, appends=events(3, 1)),
+        ]
+    )
+    assert outcomes[0] is None
+    assert isinstance(outcomes[1], SessionReplacedError)
+    assert [e.sequence for e in loaded(store, "a").events] == [1, 2]
     store.close()
 
 

@@ -31,6 +31,7 @@ from supervisor.stores import _redis as redis_store
 from supervisor.testing import Wire
 from tests.redis_proxy import LossyProxy
 from tests.redis_support import RedisServer
+from tests.test_redis_cluster_failover import cut_replication
 from tests.test_redis_committer import committer_of, registry_on, stored_payloads
 from tests.test_redis_store import events, record
 
@@ -277,23 +278,26 @@ def test_a_fence_ends_the_epoch_that_wrote_and_can_be_sent_again(
 
 
 async def test_a_write_still_unknown_past_the_lease_lets_the_session_go(
-    redis_server: RedisServer,
+    replicated_redis: tuple[RedisServer, RedisServer],
 ) -> None:
-    """One redis-server and no replica: WAIT 1 never reaches 1, so neither the
-    commit nor any fence of it is ever known durable. The session sends
-    nothing, and past its lease lets go (``replaced``): the stored copy
-    stands, for a resume to take over."""
-    store = RedisStore(redis_server.url, timeout_s=0.4, durability_replicas=1, lease_s=1.0)
+    """The replica cut off once the session is created: WAIT 1 never reaches
+    1, so neither the commit nor any fence of it is ever known durable. The
+    session sends nothing, and past its lease lets go (``replaced``): the
+    stored copy stands, for a resume to take over."""
+    primary, replica = replicated_redis
+    # A lease longer than cutting the replica takes: the commit is applied, not late.
+    store = RedisStore(primary.url, timeout_s=0.4, durability_replicas=1, lease_s=4.0)
     with trio.fail_after(LIMIT):
         async with registry_on(store) as reg:
             wire = Wire()
             await reg.create("s", send=wire.send, close=wire.close)
+            await trio.to_thread.run_sync(cut_replication, replica.port)
             with pytest.raises(SessionReplacedError):
                 await reg.send_event("s", {"n": 1})
             assert "s" not in reg.session_ids()
             await wire.closed.wait()
             assert wire.frames == [] and wire.closes == ["replaced"]
-    reader = RedisStore(redis_server.url)
+    reader = RedisStore(primary.url)
     stored = reader.load("s")
     assert stored is not None and [e.sequence for e in stored.events] == [1]
     reader.close()

@@ -23,6 +23,7 @@ from actors._credential import token_digest
 from actors._errors import (
     DuplicateSessionError,
     SessionReplacedError,
+    StoreOutcomeUnknownError,
     StoreUnavailableError,
     TokenConflictError,
 )
@@ -555,3 +556,33 @@ def _refused(store: RedisStore, times: int) -> None:
     for _ in range(times):
         with pytest.raises(StoreUnavailableError):
             store.renew("s", 1)
+
+
+def test_an_error_reply_answers_its_command_alone_and_the_connection_goes_on(
+    redis_server: RedisServer,
+) -> None:
+    """One pipelined batch on one connection: the commands Redis refused
+    (NOREPLICAS) are answered unavailable, the others applied, and the same
+    connection serves the next batch in step."""
+    store = RedisStore(redis_server.url, max_connections=1)
+    store.create("a", record())
+    with redis.Redis(host="127.0.0.1", port=redis_server.port) as node:
+        node.config_set("min-replicas-to-write", "1")
+        outcomes = store.commit_many(
+            [Commit(session_id="a", epoch=1, record=None, appends=events(1, 1))]
+        )
+        assert isinstance(outcomes[0], StoreUnavailableError)
+        assert not isinstance(outcomes[0], StoreOutcomeUnknownError)  # refused up front
+        node.config_set("min-replicas-to-write", "0")
+    applied, stale, next_one = store.commit_many(
+        [
+            Commit(session_id="a", epoch=1, record=None, appends=events(1, 1)),
+            Commit(session_id="a", epoch=7, record=None, appends=events(2, 2)),
+            Commit(session_id="a", epoch=1, record=None, appends=events(2, 2)),
+        ]
+    )
+    assert applied is None and next_one is None
+    assert isinstance(stale, SessionReplacedError)
+    stored = store.load("a")
+    assert stored is not None and [e.sequence for e in stored.events] == [1, 2]
+    store.close()

@@ -324,10 +324,10 @@ def _add_redis_flags(net: argparse._ArgumentGroup) -> None:
         type=_durability,
         default=0,
         metavar="replicas=K",
-        help="with --redis: each commit also waits until K replicas of its primary "
-        "acknowledged it (WAIT), so a promoted replica holds every event a client was "
-        "sent; a commit they do not acknowledge is answered 'store unavailable' "
-        "(default replicas=0: no wait)",
+        help="with --redis: each commit (and each create and takeover) also waits until K "
+        "replicas of its primary acknowledged it (WAIT), so a promoted replica holds every "
+        "event a client was sent; a write they do not acknowledge is answered 'store "
+        "unavailable' (default replicas=0: no wait)",
     )
 
 
@@ -358,8 +358,9 @@ def _add_demo_processes(demo: argparse.ArgumentParser) -> None:
         type=_durability,
         default=0,
         metavar="replicas=K",
-        help="as for serve: each commit also waits for K replicas (WAIT); with "
-        "cluster-local every node also runs with min-replicas-to-write K (default replicas=0)",
+        help="as for serve: each commit, create and takeover also waits for K replicas "
+        "(WAIT); with cluster-local every node also runs with min-replicas-to-write K "
+        "(default replicas=0)",
     )
     multi.add_argument(
         "--workers",

@@ -268,7 +268,8 @@ _LOST = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 
 
 def _written(reply: object) -> bool:
-    """A script's reply that says it wrote: a commit's 1, a fence's fields."""
+    """A script's reply that says it wrote: a commit's or a create's 1, a
+    fence's or an acquire's fields."""
     return reply == 1 or isinstance(reply, list)
 
 
@@ -378,6 +379,8 @@ class RedisStore:
     answered `StoreOutcomeUnknownError`, as a write whose answer was lost:
     the session sends none of its events until a fence (`fence`, which waits
     for K replicas too) says whether the primary that answers then holds it.
+    A create and a takeover's acquire wait the same way (an applied one not
+    acknowledged: `StoreOutcomeUnknownError`); renewals and deletes do not.
 
     A commit whose answer was lost (the connection broke or timed out after
     the pipeline left) is `StoreOutcomeUnknownError` too; one that never left
@@ -523,15 +526,25 @@ class RedisStore:
         the same ``record`` sent again answers 1 if the first was applied."""
         fields = _fields(record)
         assert fields[0] == "td"  # noqa: S101 - the script reads the digest at ARGV[4]
-        created = self._run(
-            self._create,
-            self._keys(session_id),
-            [self._lease_ms, self._ttl_ms, *fields],
-            wrote=True,
+        created = self._durable_write(
+            self._create, self._keys(session_id), [self._lease_ms, self._ttl_ms, *fields]
         )
         if created != 1:
             raise DuplicateSessionError(session_id)
         return 1
+
+    def _durable_write(self, script: Any, keys: list[str], args: list[Any]) -> Any:
+        """One script that writes (a create, an acquire): its reply, or the
+        error it raised. With `durability_replicas`, in a pipeline with its
+        ``WAIT`` as a commit is: applied but not acknowledged by the replicas,
+        `StoreOutcomeUnknownError` (a promotion may lose it)."""
+        if not self.durability_replicas:
+            return self._run(script, keys, args, wrote=True)
+        with self._reachable(wrote=True):
+            (reply,) = self._pipelined(script, [(keys, args)], durable=True)
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply
 
     def commit(self, commit: Commit) -> None:
         refusal = self.commit_many([commit])[0]  # its WAIT, if any, on its connection
@@ -649,11 +662,11 @@ class RedisStore:
         )
 
     def acquire(self, session_id: str, expect_token_digest: bytes) -> StoredSession | None:
-        taken = self._run(
-            self._acquire,
-            self._keys(session_id),
-            [self._lease_ms, self._ttl_ms, expect_token_digest.hex()],
-        )
+        args = [self._lease_ms, self._ttl_ms, expect_token_digest.hex()]
+        if self.durability_replicas:
+            taken = self._durable_write(self._acquire, self._keys(session_id), args)
+        else:
+            taken = self._run(self._acquire, self._keys(session_id), args)
         if not taken:
             return None
         flat, raw_events = taken

@@ -29,6 +29,12 @@ import redis
 import redis.exceptions
 from redis.cluster import ClusterNode, RedisCluster
 
+_hiredis: Any
+try:
+    import hiredis as _hiredis
+except ModuleNotFoundError:  # redis-py without its [hiredis] extra
+    _hiredis = None
+
 __all__ = [
     "UNREACHABLE",
     "Pool",
@@ -184,6 +190,48 @@ def send_scripts(
     return replies, acknowledged
 
 
+def _send_plain(
+    client: redis.Redis, script: tuple[str, str], calls: list[Any], wait: tuple[int, int]
+) -> tuple[list[Any], list[bool]]:
+    """`_send_once` on one Redis: the commands packed and written at once on
+    one connection of the pool, then each reply read (an error reply is that
+    command's answer alone). Not redis-py's `Pipeline`: its per-command
+    objects, callbacks, retry wrapper and argument checks (a generator per
+    command) cost more than the round trip's own work at the hundreds of
+    batches a second a committer sends, and
+    it would send a batch again after a broken connection, where a write's
+    outcome must be unknown instead (the caller fences it)."""
+    wait_replicas, wait_ms = wait
+    commands: list[tuple[Any, ...]] = [(*script, len(keys), *keys, *args) for keys, args in calls]
+    if wait_replicas:
+        commands.append(("WAIT", wait_replicas, wait_ms))
+    pool = client.connection_pool
+    connection: Any = pool.get_connection()
+    try:
+        # hiredis packs str, bytes and int as they are: every argument here is one.
+        if _hiredis is not None:
+            packed = [b"".join([_hiredis.pack_command(command) for command in commands])]
+        else:
+            packed = connection.pack_commands(commands)
+        connection.send_packed_command(packed, check_health=False)
+        replies: list[Any] = []
+        for _ in commands:
+            try:
+                replies.append(connection.read_response())
+            except redis.exceptions.ResponseError as exc:
+                replies.append(exc)
+    except BaseException:
+        connection.disconnect()
+        raise
+    finally:
+        pool.release(connection)
+    if not wait_replicas:
+        return replies, [True] * len(calls)
+    waited = replies.pop()
+    acked = not isinstance(waited, Exception) and int(waited) >= wait_replicas
+    return replies, [acked] * len(calls)
+
+
 def _send_once(
     client: redis.Redis | RedisCluster,
     script: tuple[str, str],
@@ -193,18 +241,17 @@ def _send_once(
     """`send_scripts` in one pipeline; ``wait`` is ``(wait_replicas, wait_ms)``.
 
     With ``wait_replicas``, a ``WAIT`` per node follows that node's scripts
-    in the same pipeline: redis-py sends a node's commands on one connection,
-    in order, and WAIT counts the writes of its own connection.
+    in the same pipeline: a node's commands go on one connection, in order
+    (redis-py's cluster pipeline; `_send_plain` on one Redis), and WAIT
+    counts the writes of its own connection.
     """
+    if not isinstance(client, RedisCluster):
+        return _send_plain(client, script, calls, wait)
     wait_replicas, wait_ms = wait
-    cluster = client if isinstance(client, RedisCluster) else None
-    nodes: list[Any] = []  # per call, its node (a cluster) or None
-    with client.pipeline(transaction=False) as pipe:
+    cluster = client
+    nodes: list[Any] = []  # per call, its node
+    with cluster.pipeline(transaction=False) as pipe:  # type: ignore[no-untyped-call]
         for keys, args in calls:
-            if cluster is None:
-                nodes.append(None)
-                pipe.execute_command(*script, len(keys), *keys, *args)
-                continue
             # Routed by our slot map: redis-py's cluster pipeline blocks its
             # evalsha and would ask the server for each command's keys
             # (COMMAND GETKEYS, a round trip per command).
@@ -213,8 +260,7 @@ def _send_once(
             pipe.execute_command(*script, len(keys), *keys, *args, target_nodes=node)
         waits = list({id(node): node for node in nodes}.values()) if wait_replicas else []
         for node in waits:
-            routed = {} if node is None else {"target_nodes": node}
-            pipe.execute_command("WAIT", wait_replicas, wait_ms, **routed)
+            pipe.execute_command("WAIT", wait_replicas, wait_ms, target_nodes=node)
         replies = list(pipe.execute(raise_on_error=False))
     acked = {
         id(node): not isinstance(reply, Exception) and int(reply) >= wait_replicas
