@@ -84,7 +84,7 @@ class LoopReply:
     def _wake(self) -> None:
         raise NotImplementedError
 
-    async def wait(self) -> Any:
+    def wait(self) -> Awaitable[Any]:
         raise NotImplementedError
 
 

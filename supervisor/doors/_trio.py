@@ -15,7 +15,7 @@ thread (from the loop's own thread, through a drain task: `LocalDrain`).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, Unpack
 
@@ -45,14 +45,22 @@ class TrioReply(LoopReply):
     def _wake(self) -> None:
         task, self._task = self._task, None
         if task is not None:
-            trio.lowlevel.reschedule(task, outcome.Value(None))
+            error = self._error
+            answer = outcome.Value(self._value) if error is None else outcome.Error(error)
+            trio.lowlevel.reschedule(task, answer)
 
-    async def wait(self) -> Any:
+    def wait(self) -> Awaitable[Any]:
+        # Unsettled, the waiter awaits trio's own wait, woken with the answer
+        # itself: no coroutine of ours per awaited call (under overload what
+        # a call makes lives until it is answered, outlives the young GC
+        # generations, and full collections come sooner).
         if not self._done:
             self._task = trio.lowlevel.current_task()
-            await trio.lowlevel.wait_task_rescheduled(self._abort)
-        else:
-            await trio.lowlevel.checkpoint()
+            return trio.lowlevel.wait_task_rescheduled(self._abort)
+        return self._settled()
+
+    async def _settled(self) -> Any:
+        await trio.lowlevel.checkpoint()
         return self._outcome()
 
     def _abort(self, _: object) -> trio.lowlevel.Abort:
