@@ -35,7 +35,7 @@ import contextlib
 import itertools
 import logging
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -199,29 +199,11 @@ class EngineWork:
         session accepted before (`last_client_seq`, read before its resume)."""
 
         registry = self.registry
+        send = self._sender(session_id, registry.send_event)
+        send_batch = self._sender(session_id, registry.send_events)
 
-        # The registry awaited in the engine's own coroutine, not through a
-        # retrying helper and a closure per event: under overload what an
-        # event makes lives until it is delivered, outlives the young GC
-        # generations, and full collections come sooner.
-        async def send(payload: Mapping[str, object]) -> None:
-            while True:
-                try:
-                    await registry.send_event(session_id, payload)
-                except Exception as exc:  # noqa: BLE001 - sorted by _retries
-                    if await self._retries(session_id, exc):
-                        continue
-                return
-
-        async def send_many(payloads: Sequence[Mapping[str, object]]) -> None:
-            batch = tuple(payloads)
-            while True:
-                try:
-                    await registry.send_events(session_id, batch)
-                except Exception as exc:  # noqa: BLE001 - sorted by _retries
-                    if await self._retries(session_id, exc):
-                        continue
-                return
+        def send_many(payloads: Sequence[Mapping[str, object]]) -> Awaitable[None]:
+            return send_batch(tuple(payloads))  # taken once: a retry sends the same batch
 
         def close(reason: str) -> None:
             if self._on_engine_close is not None:
@@ -418,6 +400,28 @@ class EngineWork:
             with contextlib.suppress(Exception):
                 await self.registry.send_event(session_id, frame, journal=False)
         return bool(claimed)
+
+    def _sender(
+        self, session_id: str, to_session: Callable[[str, Any], Awaitable[object]]
+    ) -> Callable[[Any], Awaitable[None]]:
+        """An engine's send: ``to_session(session_id, what)`` until it is
+        journaled, or the session ends (`_retries`).
+
+        The registry is awaited in this one coroutine, not through a retrying
+        helper and a closure made per event: under overload what an event
+        makes lives until it is delivered, outlives the young GC generations,
+        and brings the next full collection nearer."""
+
+        async def send(what: Any) -> None:
+            while True:
+                try:
+                    await to_session(session_id, what)
+                except Exception as exc:  # noqa: BLE001 - sorted by _retries
+                    if await self._retries(session_id, exc):
+                        continue
+                return
+
+        return send
 
     async def _retries(self, session_id: str, exc: Exception) -> bool:
         """Whether a send to the session that raised ``exc`` must be made
