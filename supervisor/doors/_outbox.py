@@ -348,7 +348,8 @@ class OutboxCore:
         cancel scope was used to cut a send)."""
         return False
 
-    async def _park(self) -> None:
+    def _park(self) -> Awaitable[object]:
+        """What the pump awaits (at once) until `_wake`."""
         raise NotImplementedError
 
     def _wake(self) -> None:
@@ -430,10 +431,11 @@ class TrioOutbox(OutboxCore):
         if self._pump_scope is not None:
             self._pump_scope.cancel()
 
-    async def _park(self) -> None:
-        if self._parked is None:
-            self._parked = ParkedTask()
-        await self._parked.park()
+    def _park(self) -> Awaitable[object]:
+        parked = self._parked
+        if parked is None:
+            parked = self._parked = ParkedTask()
+        return parked.park()
 
     def _wake(self) -> None:
         nursery = self._nursery

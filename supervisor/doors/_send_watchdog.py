@@ -15,6 +15,7 @@ without a deadline until the next send begins.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Protocol
 
 import outcome
@@ -30,17 +31,23 @@ class ParkedTask:
     the watchdog less per wake-up. Waking a slot nobody waits in does nothing.
     """
 
-    __slots__ = ("_task",)
+    __slots__ = ("_abort_fn", "_task")
 
     def __init__(self) -> None:
         self._task: trio.lowlevel.Task | None = None
+        # Bound once: a pump parks once per delivery, and what a park makes
+        # lives as long as the wait; under overload every such object
+        # outlives the young GC generations and makes full collections
+        # (most of the server's CPU at 1,000 clients) come sooner.
+        self._abort_fn = self._abort
 
-    async def park(self) -> None:
+    def park(self) -> Awaitable[object]:
+        """What to await (at once) to wait until `wake`: trio's wait itself,
+        not a coroutine of ours around it (one object less per park)."""
         self._task = trio.lowlevel.current_task()
-        await trio.lowlevel.wait_task_rescheduled(self._abort)
+        return trio.lowlevel.wait_task_rescheduled(self._abort_fn)
 
     def _abort(self, _: object) -> trio.lowlevel.Abort:
-        # A method, not a closure made per park (one park per awaited send).
         self._task = None
         return trio.lowlevel.Abort.SUCCEEDED
 

@@ -313,6 +313,15 @@ class GatewayConfig:
             group="serve",
         ),
     )
+    gc_young_threshold: int = field(
+        default=50_000,
+        metadata=flag(
+            "objects allocated between the garbage collector's young collections while "
+            "the gateway runs; the interpreter's own is 700, under which what events in "
+            "flight make is promoted and full collections eat the CPU (default {default})",
+            group="serve",
+        ),
+    )
     max_inputs_per_session: int = field(
         default=100_000,
         metadata=flag(

@@ -32,6 +32,7 @@ from supervisor._log_limit import LogLimiter
 from supervisor._options import RegistryOptions
 from supervisor.doors._door import AsyncSessionRegistry
 from supervisor.gateway._auth import Authenticate, Handshake, TrustedProxies, client_address
+from supervisor.gateway._collector import young_collections
 from supervisor.gateway._config import GatewayConfig, GatewayCounters
 from supervisor.gateway._engine import DemoEngine, Engine, EngineConfig
 from supervisor.gateway._limits import AddressCounter
@@ -293,7 +294,7 @@ async def serve_gateway(
         # from outside (Ctrl-C, SIGTERM) first tells every client to go away.
         # Cancelled first, their sockets would just drop, and a pump cancelled
         # in the middle of a send would give its socket up unclosed.
-        with trio.CancelScope() as guard:
+        with trio.CancelScope() as guard, young_collections(config.gc_young_threshold):
             async with open_registry(
                 config, registry_options, observer=observe, faults=faults
             ) as registry:

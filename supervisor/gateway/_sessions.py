@@ -198,12 +198,12 @@ class EngineWork:
         """Start the engine's work for a session; ``last_client_seq``: what the
         session accepted before (`last_client_seq`, read before its resume)."""
 
-        async def send(payload: Mapping[str, object]) -> None:
-            await self._send(session_id, lambda: self.registry.send_event(session_id, payload))
+        registry = self.registry
+        send = self._sender(session_id, registry.send_event)
+        send_batch = self._sender(session_id, registry.send_events)
 
-        async def send_many(payloads: Sequence[Mapping[str, object]]) -> None:
-            batch = tuple(payloads)
-            await self._send(session_id, lambda: self.registry.send_events(session_id, batch))
+        def send_many(payloads: Sequence[Mapping[str, object]]) -> Awaitable[None]:
+            return send_batch(tuple(payloads))  # taken once: a retry sends the same batch
 
         def close(reason: str) -> None:
             if self._on_engine_close is not None:
@@ -409,29 +409,49 @@ class EngineWork:
                 await self.registry.send_event(session_id, frame, journal=False)
         return bool(claimed)
 
-    async def _send(self, session_id: str, call: Callable[[], Awaitable[object]]) -> None:
-        """``call()`` (a send to the session) until it is journaled, or the session ends."""
-        while True:
-            try:
-                await call()
-            except SessionCrashedError:
-                continue  # retryable and traceless: the crashed event was never journaled
-            except StoreUnavailableError:
-                # Not journaled (the session store is away): wait for it, so
-                # the engine's next event is not silently lost.
-                await anyio.sleep(STORE_RETRY_S)
-                continue
-            except JournalOverflowError:
-                logger.warning("a session overflowed its journal; its engine work stops")
-                self.stop(session_id)
-                if self._on_overflow is not None:
-                    self._on_overflow(session_id)
-                raise SessionEnded from None
-            except _SESSION_ENDED:
-                self.stop(session_id)
-                raise SessionEnded from None
-            except InvalidInputError:
-                raise  # the engine's payload: its own bug
-            except Exception:  # noqa: BLE001, S110 - the transport's (a send timeout too): journaled
-                pass
-            return
+    def _sender(
+        self, session_id: str, to_session: Callable[[str, Any], Awaitable[object]]
+    ) -> Callable[[Any], Awaitable[None]]:
+        """An engine's send: ``to_session(session_id, what)`` until it is
+        journaled, or the session ends (`_retries`).
+
+        The registry is awaited in this one coroutine, not through a retrying
+        helper and a closure made per event: under overload what an event
+        makes lives until it is delivered, outlives the young GC generations,
+        and brings the next full collection nearer."""
+
+        async def send(what: Any) -> None:
+            while True:
+                try:
+                    await to_session(session_id, what)
+                except Exception as exc:  # noqa: BLE001 - sorted by _retries
+                    if await self._retries(session_id, exc):
+                        continue
+                return
+
+        return send
+
+    async def _retries(self, session_id: str, exc: Exception) -> bool:
+        """Whether a send to the session that raised ``exc`` must be made
+        again (it was not journaled); ``False``: it was journaled (the
+        transport's error, a send timeout too); raises `SessionEnded` once
+        the session is over, and an engine's invalid payload as it is."""
+        if isinstance(exc, SessionCrashedError):
+            return True  # retryable and traceless: the crashed event was never journaled
+        if isinstance(exc, StoreUnavailableError):
+            # Not journaled (the session store is away): wait for it, so
+            # the engine's next event is not silently lost.
+            await anyio.sleep(STORE_RETRY_S)
+            return True
+        if isinstance(exc, JournalOverflowError):
+            logger.warning("a session overflowed its journal; its engine work stops")
+            self.stop(session_id)
+            if self._on_overflow is not None:
+                self._on_overflow(session_id)
+            raise SessionEnded from None
+        if isinstance(exc, _SESSION_ENDED):
+            self.stop(session_id)
+            raise SessionEnded from None
+        if isinstance(exc, InvalidInputError):
+            raise exc  # the engine's payload: its own bug
+        return False

@@ -47,6 +47,7 @@ from supervisor._faults import FaultPlan
 from supervisor._options import RegistryOptions
 from supervisor.doors._door import AsyncSessionRegistry
 from supervisor.gateway._auth import Authenticate, Handshake, TrustedProxies, client_address
+from supervisor.gateway._collector import young_collections
 from supervisor.gateway._config import GatewayConfig
 from supervisor.gateway._core import TransportClosedError
 from supervisor.gateway._engine import DemoEngine, Engine
@@ -201,20 +202,21 @@ class GatewayApp:
         registry_cm = open_registry(
             self.config, self._registry_options, observer=self._observe, faults=self._faults
         )
-        async with registry_cm as registry, anyio.create_task_group() as group:
-            self.service = GatewayService(
-                self.config, registry, self.engine, group, authenticate=self._authenticate
-            )
-            redact_query_strings()
-            if self.config.metrics_port is not None:
-                await group.start(serve_operations, self.service)
-            logger.info("gateway app started (%s door)", sniffio.current_async_library())
-            try:
-                yield
-            finally:
-                with anyio.CancelScope(shield=True):
-                    await self.go_away()
-                group.cancel_scope.cancel()
+        with young_collections(self.config.gc_young_threshold):
+            async with registry_cm as registry, anyio.create_task_group() as group:
+                self.service = GatewayService(
+                    self.config, registry, self.engine, group, authenticate=self._authenticate
+                )
+                redact_query_strings()
+                if self.config.metrics_port is not None:
+                    await group.start(serve_operations, self.service)
+                logger.info("gateway app started (%s door)", sniffio.current_async_library())
+                try:
+                    yield
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await self.go_away()
+                    group.cancel_scope.cancel()
         self.service = None
 
     def _observe(self, event: LifecycleEvent) -> None:
