@@ -58,6 +58,7 @@ from benchmarks.references import LockRegistry
 from supervisor._log_limit import LogLimiter
 from supervisor.cli._commands import _registry_options
 from supervisor.gateway._auth import Handshake
+from supervisor.gateway._collector import young_collections
 from supervisor.gateway._config import GatewayConfig, GatewayCounters
 from supervisor.gateway._core import TransportClosedError
 from supervisor.gateway._engine import Engine, EngineSession, SessionEnded
@@ -344,13 +345,18 @@ def main(argv: list[str] | None = None) -> int:
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, hard), hard))
     logging.basicConfig(level=logging.WARNING)
     config = config_for_benchmark()
-    if args.shell == "trio":
-        engine = None if args.engine_bus is None else _bus_engine(args.engine_bus, args.engine_pool)
-        trio.run(_serve_trio, config, args.mode, args.rate, args.redis, engine)
-    elif args.shell == "asgi-uvicorn":
-        _serve_uvicorn(config, args.mode, args.rate)
-    else:
-        trio.run(_serve_hypercorn, config, args.mode, args.rate)
+    # Every server gets the young GC threshold a gateway sets for itself
+    # (`GatewayConfig.gc_young_threshold`): the references are not to be
+    # slowed by a process setting only ours would have.
+    with young_collections(config.gc_young_threshold):
+        if args.shell == "trio":
+            bus = args.engine_bus
+            engine = None if bus is None else _bus_engine(bus, args.engine_pool)
+            trio.run(_serve_trio, config, args.mode, args.rate, args.redis, engine)
+        elif args.shell == "asgi-uvicorn":
+            _serve_uvicorn(config, args.mode, args.rate)
+        else:
+            trio.run(_serve_hypercorn, config, args.mode, args.rate)
     return 0
 
 
