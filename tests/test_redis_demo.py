@@ -74,7 +74,7 @@ def _crowd_on_three_processes(
 def test_demo_on_three_processes_loses_and_repeats_nothing_through_a_kill(tmp_path: Path) -> None:
     redis_binary()  # skip (or fail in CI) without redis-server
     result = _crowd_on_three_processes("--duration", "6", tmpdir=tmp_path)
-    assert result.returncode == 0, (result.stdout, result.stderr)
+    assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
     totals = _totals(result)
     assert (totals["lost"], totals["duplicated"], totals["errors"]) == (0, 0, 0), totals
     assert totals["processes"] == 3
@@ -91,7 +91,7 @@ def test_demo_through_a_store_outage_retries_and_loses_nothing() -> None:
     # append-only file 2 s later; one gateway process is SIGKILLed at 4 s.
     redis_binary()
     result = _crowd_on_three_processes("--store-outage", "2:2", "--duration", "8")
-    assert result.returncode == 0, (result.stdout, result.stderr)
+    assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
     totals = _totals(result)
     assert (totals["lost"], totals["duplicated"], totals["errors"]) == (0, 0, 0), totals
     assert (totals["lost_upstream"], totals["duplicated_upstream"]) == (0, 0), totals
@@ -117,7 +117,7 @@ def test_demo_table_shows_the_store_outage_rows() -> None:
         "--drop-rate", "2",
         timeout=180,
     )  # fmt: skip
-    assert result.returncode == 0, (result.stdout, result.stderr)
+    assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
     for row in ("store outage (s)", "store retries", "processes SIGKILLed", "stranded"):
         assert row in result.stdout, result.stdout
     assert "nothing lost or repeated" in result.stdout
@@ -153,7 +153,7 @@ def test_demo_on_two_processes_of_a_given_redis_prints_the_rows(
         "--duration", "4",
         timeout=120,
     )  # fmt: skip
-    assert result.returncode == 0, (result.stdout, result.stderr)
+    assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
     for row in ("resumes across processes", "takeovers", "stranded", "lost", "duplicated"):
         assert row in result.stdout, result.stdout
     assert "nothing lost or repeated" in result.stdout

@@ -124,7 +124,7 @@ def test_demo_on_workers_of_one_port_loses_and_repeats_nothing_through_a_kill() 
         "--json",
         timeout=150,
     )  # fmt: skip
-    assert result.returncode == 0, (result.stdout, result.stderr)
+    assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
     lines = result.stdout.splitlines()
     assert len(lines) == 1, (result.stdout, result.stderr)
     totals = json.loads(lines[0])["totals"]
