@@ -65,3 +65,10 @@ def test_a_threshold_below_the_interpreters_leaves_it(
     with young_collections(100):
         assert gc.get_threshold() == interpreter_thresholds
     assert gc.get_threshold() == interpreter_thresholds
+
+
+@pytest.mark.parametrize("threshold", [0, -5])
+def test_a_threshold_that_is_not_positive_is_refused(threshold: int) -> None:
+    # 0 would read as "disable the collector" (gc.set_threshold(0)); refused with its name.
+    with pytest.raises(ValueError, match="gc_young_threshold must be positive"):
+        GatewayConfig(gc_young_threshold=threshold)

@@ -20,6 +20,7 @@ _POSITIVE = (
     "max_connections",
     "max_connections_per_address",
     "max_inputs_in_flight",
+    "gc_young_threshold",
     "max_inputs_per_second",
     "resume_failures_allowed",
     "resume_failure_window_s",
