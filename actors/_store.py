@@ -197,10 +197,15 @@ class SessionStore(Protocol):
         """Should ``claimant`` (one process's engine work for the session) answer
         input ``key`` (`input_key`)?
 
-        ``False``: its answer was journaled, or ``claimant`` claimed it
-        already; ``True``: claimed for ``claimant`` now (nobody had, or
-        another claimant never journaled its answer); ``None``: the session
-        is not stored.
+        ``False``: its answer was journaled; ``True``: ``claimant``'s (claimed
+        now: nobody had, or another claimant never journaled its answer; or
+        claimed by ``claimant`` before: a claim tried again because its reply
+        was lost answers as the first try did); ``None``: the session is not
+        stored.
+
+        A claimant is one run of a session's engine work, which answers each
+        input once itself: the same claimant claims an input twice only when
+        it tries one claim again.
         """
 
     def record_client_seq(self, session_id: str, client_seq: int) -> None:

@@ -164,7 +164,7 @@ class MemoryStore:
             if entry is None:
                 return None
             held = entry.inputs.get(key)
-            if held in (_ANSWERED, claimant):
+            if held == _ANSWERED:
                 return False
             entry.inputs[key] = claimant
             return True

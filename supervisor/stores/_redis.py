@@ -252,11 +252,13 @@ return 1
 """
 )
 
-# ARGV: claimant, input key, ttl_ms. 1: claimed; 0: answered or ours; -1: no session.
+# ARGV: claimant, input key, ttl_ms. 1: claimed (now, or by this claimant's
+# earlier try whose reply was lost); 0: answered; -1: no session.
 _CLAIM_INPUT = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
 local held = redis.call('HGET', KEYS[3], ARGV[2])
-if held == '' or held == ARGV[1] then return 0 end
+if held == '' then return 0 end
+if held == ARGV[1] then return 1 end
 redis.call('HSET', KEYS[3], ARGV[2], ARGV[1])
 redis.call('PEXPIRE', KEYS[3], ARGV[3])
 return 1
@@ -515,6 +517,11 @@ class RedisStore:
         on "every primary" first: redis-py's `Script` does that and fails whole
         while one is down, and during a failover the client's map of primaries
         can miss the promoted one, which then answers NOSCRIPT again."""
+        if self._pool is None:  # a cluster: sent as a batch is, never twice
+            (reply,) = self._pipelined(script, [(keys, args)], wrote=wrote)
+            if isinstance(reply, BaseException):
+                raise reply
+            return reply
         with self._reachable(wrote=wrote):
             try:
                 return self._client.evalsha(script.sha, len(keys), *keys, *args)
@@ -571,7 +578,12 @@ class RedisStore:
         ]
 
     def _pipelined(
-        self, script: Any, calls: list[tuple[list[str], list[Any]]], *, durable: bool = False
+        self,
+        script: Any,
+        calls: list[tuple[list[str], list[Any]]],
+        *,
+        durable: bool = False,
+        wrote: bool | None = None,
     ) -> list[Any]:
         """Run ``script`` once per ``(keys, args)`` in one round trip; each reply,
         or the error Redis answered for that call alone.
@@ -583,13 +595,12 @@ class RedisStore:
         """
         if not calls:
             return []
-        replies = self._send(script, calls, durable=durable)
+        replies = self._send(script, calls, durable=durable, wrote=wrote)
         missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
         if missing:
             again = [calls[i] for i in missing]
-            for i, reply in zip(
-                missing, self._send(script, again, durable=durable, by_body=True), strict=True
-            ):
+            by_body = self._send(script, again, durable=durable, wrote=wrote, by_body=True)
+            for i, reply in zip(missing, by_body, strict=True):
                 replies[i] = reply
         return replies
 
@@ -599,12 +610,14 @@ class RedisStore:
         calls: list[tuple[list[str], list[Any]]],
         *,
         durable: bool = False,
+        wrote: bool | None = None,
         by_body: bool = False,
     ) -> list[Any]:
         """One pipeline (`_redis_cluster.send_scripts`; ``by_body``: EVAL with
         the script's text, not EVALSHA); ``durable`` with
         `durability_replicas`: an applied script (reply 1) whose replicas did
-        not all acknowledge it is answered `StoreUnavailableError`."""
+        not all acknowledge it is answered `StoreOutcomeUnknownError`.
+        ``wrote`` (``durable`` unless given): see `_reply`."""
         replies, acknowledged = _redis_cluster.send_scripts(
             self._client,
             ("EVAL", script.script) if by_body else ("EVALSHA", script.sha),
@@ -615,7 +628,7 @@ class RedisStore:
         return [
             self._unreplicated()
             if _written(reply) and not acked
-            else self._reply(reply, wrote=durable)
+            else self._reply(reply, wrote=durable if wrote is None else wrote)
             for reply, acked in zip(replies, acknowledged, strict=True)
         ]
 

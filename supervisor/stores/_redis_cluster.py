@@ -5,23 +5,27 @@ and the store's pipelined scripts on one Redis or a cluster (`send_scripts`).
 ``rediss+cluster://`` for TLS) names some nodes of one cluster; redis-py's
 `redis.cluster.RedisCluster` asks them for the slot map and then talks to
 every primary itself. The store's keys carry one hash tag per session
-(``<prefix>{<id>}:f``), so each script touches one slot; a pipeline of
-many sessions' scripts is split by redis-py per node (one round trip each,
-written to all nodes before any reply is read).
+(``<prefix>{<id>}:f``), so each script touches one slot; a batch of many
+sessions' scripts is split per node (one round trip each, written to all
+nodes before any reply is read).
 
-What redis-py does when the cluster moves (read in its ``cluster.py``): a
-MOVED or ASK answer to a pipelined command sends that command again alone,
-to the node named (after a MOVED, every ``reinitialize_steps``-th one
-reloads the whole slot map); a node that refuses connections reloads the
-slot map and the pipeline is sent again, up to the client's retry count; a
-``CLUSTERDOWN`` answer (a failover under way) is retried with backoff too.
-What is still failing after that is raised (a whole call) or answered per
-command (a pipeline): the store answers `StoreUnavailableError` for it, as
-for a single Redis that cannot be reached.
+The store sends its scripts itself (`send_scripts`), one connection per
+node, and never lets redis-py send a write again: redis-py's cluster client
+does after a connection error (a pipeline's commands one by one, a single
+command up to its retry count), and a commit the killed primary had already
+run and replicated then ran twice, its second run refused as if another
+process held the session. A call is sent again only when its node surely did
+not run it: no connection could be had, or the node answered MOVED, ASK or
+READONLY (its slot is served elsewhere now); the slot map is read again
+first. What still fails is answered per call: the store answers
+`StoreUnavailableError` for it (`StoreOutcomeUnknownError` for a write that
+may have run), as for a single Redis that cannot be reached. Reads go
+through redis-py's client, retries and all.
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 from urllib.parse import unquote
 
@@ -51,9 +55,11 @@ _SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 
 #: What a Redis (or a cluster) that cannot serve a call raises: a node down or
 #: timing out, a failover under way (CLUSTERDOWN, TRYAGAIN), a slot no node
-#: covers, redirections that never settled.
+#: covers, redirections that never settled, a write sent to a node that is a
+#: replica now (READONLY: a failed primary back after the promotion).
 UNREACHABLE: tuple[type[BaseException], ...] = (
     redis.exceptions.ConnectionError,
+    redis.exceptions.ReadOnlyError,
     redis.exceptions.TimeoutError,
     redis.exceptions.ClusterError,
     redis.exceptions.ClusterDownError,
@@ -156,114 +162,164 @@ def send_scripts(
     wait_ms: int,
 ) -> tuple[list[Any], list[bool]]:
     """Run ``script``, ``("EVALSHA", sha)`` or ``("EVAL", text)``, once per
-    ``(keys, args)`` in one pipeline: each
-    reply (or the error answered for that call alone), and for each whether
-    ``wait_replicas`` replicas acknowledged it (always, when 0).
+    ``(keys, args)`` in one round trip: each reply (or the error answered for
+    that call alone), and for each whether ``wait_replicas`` replicas
+    acknowledged it (always, when 0).
 
-    On a cluster, a node that cannot be connected to makes redis-py's
-    pipeline raise for every node's calls, before it wrote anything (it takes
-    a connection to each node first): then each node's calls are sent again
-    alone, so only the calls of the node that is down fail (the sessions on
-    the other primaries do not notice its failover).
+    A call is never sent twice when it may have run: a connection that broke
+    after a node's commands left answers each of them with that error (the
+    caller fences a write in doubt). On a cluster, each node's calls go on one
+    connection of its own, written to every node before any reply is read; a
+    node that is down fails only its own calls (the sessions on the other
+    primaries do not notice its failover). Calls a node surely did not run (no
+    connection to it could be had; MOVED, ASK or READONLY: the slot is served
+    elsewhere now) are sent once more, on a slot map read again.
     """
     wait = (wait_replicas, wait_ms)
-    try:
-        return _send_once(client, script, calls, wait)
-    except UNREACHABLE:
-        if not isinstance(client, RedisCluster):
-            raise
-        by_node: dict[str, list[int]] = {}
-        for i, (keys, _) in enumerate(calls):
-            node = client.get_node_from_key(keys[0])  # type: ignore[no-untyped-call]
-            by_node.setdefault(node.name, []).append(i)
-        if len(by_node) < 2:
-            raise
-    replies: list[Any] = [None] * len(calls)
-    acknowledged = [False] * len(calls)
-    for indexes in by_node.values():
+    if not isinstance(client, RedisCluster):
+        return _send_plain(client, script, calls, wait)
+    replies, acked = _send_by_node(client, script, calls, wait)
+    again = [i for i, reply in enumerate(replies) if _not_run(reply)]
+    if again:
+        _reload_slot_map(client)
+        resent = _send_by_node(client, script, [calls[i] for i in again], wait)
+        for i, reply, acknowledged in zip(again, *resent, strict=True):
+            replies[i], acked[i] = reply, acknowledged
+    return replies, acked
+
+
+#: Answers of a node that did not run the command: the slot moved, or the
+#: node is a replica now (a failed primary back after its replica's promotion).
+_ELSEWHERE = (redis.exceptions.AskError, redis.exceptions.ReadOnlyError)
+
+
+def _not_run(reply: object) -> bool:
+    return isinstance(reply, _ELSEWHERE) or (
+        isinstance(reply, BaseException) and nothing_sent(reply)
+    )
+
+
+def _reload_slot_map(cluster: RedisCluster) -> None:
+    """Ask the cluster for its slot map again (a failover moved a primary)."""
+    with contextlib.suppress(*UNREACHABLE):
+        cluster.nodes_manager.initialize()
+
+
+def _packed(connection: Any, commands: list[tuple[Any, ...]]) -> list[bytes]:
+    # hiredis packs str, bytes and int as they are: every argument here is one.
+    if _hiredis is not None:
+        return [b"".join([_hiredis.pack_command(command) for command in commands])]
+    return list(connection.pack_commands(commands))
+
+
+def _read_replies(connection: Any, count: int) -> list[Any]:
+    """``count`` replies; an error reply is that command's answer alone."""
+    replies: list[Any] = []
+    for _ in range(count):
         try:
-            node_replies, node_acked = _send_once(client, script, [calls[i] for i in indexes], wait)
-        except UNREACHABLE as exc:
-            node_replies, node_acked = [exc] * len(indexes), [False] * len(indexes)
-        for i, reply, acked in zip(indexes, node_replies, node_acked, strict=True):
-            replies[i], acknowledged[i] = reply, acked
-    return replies, acknowledged
+            replies.append(connection.read_response())
+        except redis.exceptions.ResponseError as exc:
+            replies.append(exc)
+    return replies
+
+
+def _commands(
+    script: tuple[str, str], calls: list[Any], wait: tuple[int, int]
+) -> list[tuple[Any, ...]]:
+    commands: list[tuple[Any, ...]] = [(*script, len(keys), *keys, *args) for keys, args in calls]
+    if wait[0]:
+        commands.append(("WAIT", *wait))
+    return commands
+
+
+def _acknowledged(replies: list[Any], wait: tuple[int, int]) -> tuple[list[Any], bool]:
+    """The scripts' replies, and whether WAIT (the last reply) says enough replicas
+    hold them (always, with no WAIT)."""
+    if not wait[0]:
+        return replies, True
+    waited = replies.pop()
+    return replies, not isinstance(waited, Exception) and int(waited) >= wait[0]
 
 
 def _send_plain(
     client: redis.Redis, script: tuple[str, str], calls: list[Any], wait: tuple[int, int]
 ) -> tuple[list[Any], list[bool]]:
-    """`_send_once` on one Redis: the commands packed and written at once on
-    one connection of the pool, then each reply read (an error reply is that
-    command's answer alone). Not redis-py's `Pipeline`: its per-command
-    objects, callbacks, retry wrapper and argument checks (a generator per
-    command) cost more than the round trip's own work at the hundreds of
-    batches a second a committer sends, and
-    it would send a batch again after a broken connection, where a write's
+    """`send_scripts` on one Redis: the commands packed and written at once on
+    one connection of the pool, then each reply read. Not redis-py's
+    `Pipeline`: its per-command objects, callbacks, retry wrapper and
+    argument checks (a generator per command) cost more than the round trip's
+    own work at the hundreds of batches a second a committer sends, and it
+    would send a batch again after a broken connection, where a write's
     outcome must be unknown instead (the caller fences it)."""
-    wait_replicas, wait_ms = wait
-    commands: list[tuple[Any, ...]] = [(*script, len(keys), *keys, *args) for keys, args in calls]
-    if wait_replicas:
-        commands.append(("WAIT", wait_replicas, wait_ms))
+    commands = _commands(script, calls, wait)
     pool = client.connection_pool
     connection: Any = pool.get_connection()
     try:
-        # hiredis packs str, bytes and int as they are: every argument here is one.
-        if _hiredis is not None:
-            packed = [b"".join([_hiredis.pack_command(command) for command in commands])]
-        else:
-            packed = connection.pack_commands(commands)
-        connection.send_packed_command(packed, check_health=False)
-        replies: list[Any] = []
-        for _ in commands:
-            try:
-                replies.append(connection.read_response())
-            except redis.exceptions.ResponseError as exc:
-                replies.append(exc)
+        connection.send_packed_command(_packed(connection, commands), check_health=False)
+        replies = _read_replies(connection, len(commands))
     except BaseException:
         connection.disconnect()
         raise
     finally:
         pool.release(connection)
-    if not wait_replicas:
-        return replies, [True] * len(calls)
-    waited = replies.pop()
-    acked = not isinstance(waited, Exception) and int(waited) >= wait_replicas
+    replies, acked = _acknowledged(replies, wait)
     return replies, [acked] * len(calls)
 
 
-def _send_once(
-    client: redis.Redis | RedisCluster,
-    script: tuple[str, str],
-    calls: list[Any],
-    wait: tuple[int, int],
+def _send_by_node(
+    cluster: RedisCluster, script: tuple[str, str], calls: list[Any], wait: tuple[int, int]
 ) -> tuple[list[Any], list[bool]]:
-    """`send_scripts` in one pipeline; ``wait`` is ``(wait_replicas, wait_ms)``.
+    """`send_scripts` on a cluster, one pass: each call routed by our slot map
+    to its node; with ``wait``, a ``WAIT`` after each node's scripts on the
+    same connection (it counts that connection's writes).
 
-    With ``wait_replicas``, a ``WAIT`` per node follows that node's scripts
-    in the same pipeline: a node's commands go on one connection, in order
-    (redis-py's cluster pipeline; `_send_plain` on one Redis), and WAIT
-    counts the writes of its own connection.
-    """
-    if not isinstance(client, RedisCluster):
-        return _send_plain(client, script, calls, wait)
-    wait_replicas, wait_ms = wait
-    cluster = client
-    nodes: list[Any] = []  # per call, its node
-    with cluster.pipeline(transaction=False) as pipe:  # type: ignore[no-untyped-call]
-        for keys, args in calls:
-            # Routed by our slot map: redis-py's cluster pipeline blocks its
-            # evalsha and would ask the server for each command's keys
-            # (COMMAND GETKEYS, a round trip per command).
-            node = cluster.get_node_from_key(keys[0])  # type: ignore[no-untyped-call]
-            nodes.append(node)
-            pipe.execute_command(*script, len(keys), *keys, *args, target_nodes=node)
-        waits = list({id(node): node for node in nodes}.values()) if wait_replicas else []
-        for node in waits:
-            pipe.execute_command("WAIT", wait_replicas, wait_ms, target_nodes=node)
-        replies = list(pipe.execute(raise_on_error=False))
-    acked = {
-        id(node): not isinstance(reply, Exception) and int(reply) >= wait_replicas
-        for node, reply in zip(waits, replies[len(calls) :], strict=True)
-    }
-    return replies[: len(calls)], [acked.get(id(node), True) for node in nodes]
+    Not redis-py's cluster pipeline: after a connection error it sends the
+    node's commands again one by one (and its single commands up to its retry
+    count), so a commit the failed primary had run and replicated ran twice,
+    its second run refused as if the session had moved (read in its
+    ``cluster.py``, ``_send_cluster_commands``)."""
+    by_node: dict[str, tuple[Any, list[int]]] = {}
+    for i, (keys, _) in enumerate(calls):
+        node = cluster.get_node_from_key(keys[0])  # type: ignore[no-untyped-call]
+        by_node.setdefault(node.name, (node, []))[1].append(i)
+    replies: list[Any] = [None] * len(calls)
+    acked = [False] * len(calls)
+    sent: list[tuple[Any, Any, list[int], int]] = []
+    try:
+        for node, indexes in by_node.values():
+            pool = cluster.get_redis_connection(node).connection_pool
+            commands = _commands(script, [calls[i] for i in indexes], wait)
+            try:
+                connection: Any = pool.get_connection()  # marked nothing_sent if it fails
+            except UNREACHABLE as exc:
+                for i in indexes:
+                    replies[i] = exc
+                continue
+            try:
+                connection.send_packed_command(_packed(connection, commands), check_health=False)
+            except UNREACHABLE as exc:  # some of it may have left: each in doubt
+                connection.disconnect()
+                pool.release(connection)
+                for i in indexes:
+                    replies[i] = exc
+                continue
+            sent.append((pool, connection, indexes, len(commands)))
+    except BaseException:
+        for pool, connection, _, _ in sent:
+            connection.disconnect()
+            pool.release(connection)
+        raise
+    for pool, connection, indexes, count in sent:
+        try:
+            node_replies, node_acked = _acknowledged(_read_replies(connection, count), wait)
+        except UNREACHABLE as exc:  # after its commands left: each in doubt
+            connection.disconnect()
+            node_replies, node_acked = [exc] * len(indexes), False
+        except BaseException:
+            connection.disconnect()
+            raise
+        finally:
+            pool.release(connection)
+        for i, reply in zip(indexes, node_replies, strict=True):
+            replies[i], acked[i] = reply, node_acked
+    return replies, acked
