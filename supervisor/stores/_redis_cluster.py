@@ -278,12 +278,17 @@ def _send_by_node(
     count), so a commit the failed primary had run and replicated ran twice,
     its second run refused as if the session had moved (read in its
     ``cluster.py``, ``_send_cluster_commands``)."""
-    by_node: dict[str, tuple[Any, list[int]]] = {}
-    for i, (keys, _) in enumerate(calls):
-        node = cluster.get_node_from_key(keys[0])  # type: ignore[no-untyped-call]
-        by_node.setdefault(node.name, (node, []))[1].append(i)
     replies: list[Any] = [None] * len(calls)
     acked = [False] * len(calls)
+    by_node: dict[str, tuple[Any, list[int]]] = {}
+    for i, (keys, _) in enumerate(calls):
+        try:
+            node = cluster.get_node_from_key(keys[0])  # type: ignore[no-untyped-call]
+        except UNREACHABLE as exc:  # no node serves its slot (yet): not sent
+            setattr(exc, _NOTHING_SENT, True)
+            replies[i] = exc
+            continue
+        by_node.setdefault(node.name, (node, []))[1].append(i)
     sent: list[tuple[Any, Any, list[int], int]] = []
     try:
         for node, indexes in by_node.values():
