@@ -205,3 +205,20 @@ async def test_the_committers_batches_span_nodes_and_keep_each_sessions_order(
         assert stored is not None
         assert [json.loads(e.encoded)["n"] for e in stored.events] == list(range(rounds + 1))
     store.close()
+
+
+def test_a_closed_store_leaves_no_connection_to_any_node_open(redis_cluster: LocalCluster) -> None:
+    """redis-py's cluster ``close`` leaves each node's pool connected (a pool
+    given to a node's client is not closed with it)."""
+    store = on_cluster(redis_cluster)
+    ids = created(store, "c")
+    store.commit_many(
+        [Commit(session_id=sid, epoch=1, record=None, appends=events(1, 1)) for sid in ids]
+    )
+    client = store._client
+    assert isinstance(client, redis.RedisCluster)
+    nodes = client.get_nodes()  # type: ignore[no-untyped-call]
+    pools = [node.redis_connection.connection_pool for node in nodes if node.redis_connection]
+    assert any(connection._sock is not None for pool in pools for connection in pool._connections)
+    store.close()
+    assert all(connection._sock is None for pool in pools for connection in pool._connections)

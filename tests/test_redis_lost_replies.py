@@ -14,6 +14,7 @@ local Redis Cluster and on one redis-server.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator
 
 import pytest
@@ -23,6 +24,7 @@ import redis.connection
 from actors._errors import StoreOutcomeUnknownError, StoreUnavailableError
 from actors._store import Commit
 from supervisor.redis_store import RedisStore
+from supervisor.stores import _redis_cluster
 from tests.redis_cluster_support import LocalCluster
 from tests.redis_support import RedisServer
 from tests.test_redis_cluster import on_cluster
@@ -116,3 +118,28 @@ def test_a_claim_whose_reply_was_lost_is_still_its_claimants(
         store.claim_input("s", "gw-1/1", "in-1")
     assert lost_replies.dropped == 1
     assert store.claim_input("s", "gw-1/1", "in-1") is True
+
+
+def test_reading_the_slot_map_again_leaves_idle_connections_open(
+    redis_cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store reads the slot map again when a node did not run its calls.
+    redis-py's reload closes its nodes' idle connections by default, and a
+    thread taking one from its pool at that moment met a socket already gone
+    (a ``TypeError`` out of its hiredis parser failed a gateway connection in
+    ``demo --redis cluster-local``)."""
+    store = on_cluster(redis_cluster)
+    client = store._client
+    assert isinstance(client, redis.RedisCluster)
+    store.create("s", record())
+    nodes = list(client.nodes_manager.startup_nodes.values())
+    pools = [client.get_redis_connection(node).connection_pool for node in nodes]
+    idle = []
+    for pool in pools:
+        connection = pool.get_connection()
+        pool.release(connection)
+        idle.append(connection)
+    monkeypatch.setattr(_redis_cluster, "_reloaded_at", weakref.WeakKeyDictionary())
+    _redis_cluster._reload_slot_map(client)
+    assert all(connection._sock is not None for connection in idle)
+    store.close()

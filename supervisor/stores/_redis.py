@@ -801,6 +801,9 @@ class RedisStore:
             self._client.ping()
 
     def close(self) -> None:
+        if isinstance(self._client, _redis_cluster.RedisCluster):
+            _redis_cluster.close_cluster(self._client)
+            return
         self._client.close()
         if self._pool is not None:
             self._pool.disconnect()  # a pool given to redis.Redis is not closed with it

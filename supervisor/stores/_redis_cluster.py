@@ -26,6 +26,10 @@ through redis-py's client, retries and all.
 from __future__ import annotations
 
 import contextlib
+import inspect
+import math
+import time
+import weakref
 from typing import Any
 from urllib.parse import unquote
 
@@ -43,6 +47,7 @@ __all__ = [
     "UNREACHABLE",
     "Pool",
     "RedisCluster",
+    "close_cluster",
     "cluster_client",
     "is_cluster_url",
     "nothing_sent",
@@ -153,6 +158,18 @@ def cluster_client(url: str, *, max_connections: int, timeout_s: float) -> Redis
     )
 
 
+def close_cluster(cluster: RedisCluster) -> None:
+    """Close ``cluster`` and its nodes' connections: redis-py's ``close`` leaves
+    open the sockets of each node's pool (a pool given to a node's client is
+    not closed with it), until the garbage collector finds them."""
+    nodes = {id(node): node for node in cluster.nodes_manager.startup_nodes.values()}
+    nodes.update((id(node), node) for node in cluster.get_nodes())  # type: ignore[no-untyped-call]
+    cluster.close()
+    for node in nodes.values():
+        if node.redis_connection is not None:
+            node.redis_connection.connection_pool.disconnect()
+
+
 def send_scripts(
     client: redis.Redis | RedisCluster,
     script: tuple[str, str],
@@ -199,10 +216,34 @@ def _not_run(reply: object) -> bool:
     )
 
 
+#: The slot map is read again at most this often per client: each reload asks
+#: the nodes for CLUSTER SLOTS, and during a failover every batch meets the
+#: dead node.
+RELOAD_EVERY_S = 0.1
+
+_reloaded_at: weakref.WeakKeyDictionary[RedisCluster, float] = weakref.WeakKeyDictionary()
+
+
 def _reload_slot_map(cluster: RedisCluster) -> None:
-    """Ask the cluster for its slot map again (a failover moved a primary)."""
+    """Ask the cluster for its slot map again (a failover moved a primary).
+
+    Without closing the nodes' idle connections where redis-py can be told
+    so: it closes them by default, and a thread taking one from its pool at
+    that moment met a socket already gone (``TypeError`` from redis-py's
+    hiredis parser, seen in ``demo --redis cluster-local``)."""
+    now = time.monotonic()
+    if now - _reloaded_at.get(cluster, -math.inf) < RELOAD_EVERY_S:
+        return
+    _reloaded_at[cluster] = now
+    manager = cluster.nodes_manager
+    keeps_pools = (
+        "disconnect_startup_nodes_pools" in inspect.signature(manager.initialize).parameters
+    )
     with contextlib.suppress(*UNREACHABLE):
-        cluster.nodes_manager.initialize()
+        if keeps_pools:
+            manager.initialize(disconnect_startup_nodes_pools=False)
+        else:  # an older redis-py
+            manager.initialize()
 
 
 def _packed(connection: Any, commands: list[tuple[Any, ...]]) -> list[bytes]:
@@ -302,10 +343,12 @@ def _send_by_node(
                 continue
             try:
                 connection.send_packed_command(_packed(connection, commands), check_health=False)
-            except UNREACHABLE as exc:  # some of it may have left: each in doubt
+            except BaseException as exc:
                 connection.disconnect()
                 pool.release(connection)
-                for i in indexes:
+                if not isinstance(exc, UNREACHABLE):
+                    raise
+                for i in indexes:  # some of it may have left: each in doubt
                     replies[i] = exc
                 continue
             sent.append((pool, connection, indexes, len(commands)))
