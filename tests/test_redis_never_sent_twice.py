@@ -9,7 +9,8 @@ holding its session. redis-py's cluster client sends a command again after a
 connection error (a pipeline's commands one by one, a single command up to
 its retry count); the store must not let it. The reply lost here is injected
 at the connection (the server has answered; the client drops it), on a real
-local Redis Cluster and on one redis-server.
+local Redis Cluster and on one redis-server. (test_redis_lost_reply.py covers
+what a session does with a write in doubt, through a TCP proxy.)
 """
 
 from __future__ import annotations
