@@ -396,7 +396,8 @@ def _add_demo_engines(demo: argparse.ArgumentParser) -> None:
     workers.add_argument(
         "--bus",
         metavar="URL",
-        help="the Redis of the engine bus (redis://host:port/db), or 'local': start a "
+        help="the Redis of the engine bus (redis://host:port/db, or "
+        "redis+cluster://host:port,... for a Redis Cluster), or 'local': start a "
         "redis-server from PATH for the run",
     )
 
@@ -484,9 +485,10 @@ def _add_engine_bus_flags(serve: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--engine-bus",
         metavar="URL",
-        help="feed engine workers ('duplex-supervisor worker') over the Redis at URL instead "
-        "of running an engine in this process (start the workers first: their client event "
-        "types are read at start)",
+        help="feed engine workers ('duplex-supervisor worker') over the Redis at URL "
+        "(redis://host:port/db, or redis+cluster://host:port,host:port,... for a Redis "
+        "Cluster) instead of running an engine in this process (start the workers first: "
+        "their client event types are read at start)",
     )
     serve.add_argument(
         "--engine-pool",
@@ -505,7 +507,13 @@ def _add_worker(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "bus, and sends the engine's events back. A worker that dies leaves its work to the "
         "others after --visibility-timeout. Runs until Ctrl-C or SIGTERM.",
     )
-    worker.add_argument("--bus", required=True, metavar="URL", help="the Redis of the bus")
+    worker.add_argument(
+        "--bus",
+        required=True,
+        metavar="URL",
+        help="the Redis of the bus (redis://host:port/db, or "
+        "redis+cluster://host:port,host:port,... for a Redis Cluster)",
+    )
     worker.add_argument(
         "--engine",
         metavar="MODULE:FACTORY",

@@ -509,17 +509,9 @@ class RedisStore:
         return reply
 
     def _run(self, script: Any, keys: list[str], args: list[Any], *, wrote: bool = False) -> Any:
-        """One script call (EVALSHA) on its session's node. A node that lacks the
-        script (a restart, a replica just promoted) runs it by EVAL, routed by
-        the same keys, which also leaves it in that node's cache. Not loaded
-        on "every primary" first: redis-py's `Script` does that and fails whole
-        while one is down, and during a failover the client's map of primaries
-        can miss the promoted one, which then answers NOSCRIPT again."""
+        """One script call on its session's node (`_redis_cluster.run_script`)."""
         with self._reachable(wrote=wrote):
-            try:
-                return self._client.evalsha(script.sha, len(keys), *keys, *args)
-            except NoScriptError:  # nothing ran
-                return self._client.eval(script.script, len(keys), *keys, *args)
+            return _redis_cluster.run_script(self._client, script, keys, args)
 
     def create(self, session_id: str, record: SessionRecord) -> int:
         """See `SessionStore.create`. Its answer lost (`StoreOutcomeUnknownError`),

@@ -43,6 +43,7 @@ __all__ = [
     "is_cluster_url",
     "nothing_sent",
     "refused_for_replicas",
+    "run_script",
     "send_scripts",
     "where",
 ]
@@ -90,6 +91,22 @@ def refused_for_replicas(error: BaseException) -> bool:
     """A primary with fewer good replicas than its ``min-replicas-to-write``
     refusing a write (NOREPLICAS), before the write changed anything."""
     return isinstance(error, redis.exceptions.ResponseError) and str(error).startswith("NOREPLICAS")
+
+
+def run_script(
+    client: redis.Redis | RedisCluster, script: Any, keys: list[str], args: list[Any]
+) -> Any:
+    """One call of ``script`` (a registered `redis.commands.core.Script`) on
+    its keys' node, by EVALSHA. A node that lacks the script (a restart, a
+    replica just promoted: Redis does not replicate its script cache) runs it
+    by EVAL, routed by the same keys, which also leaves it in that node's
+    cache. Not loaded on "every primary" first: redis-py's `Script` does that
+    and fails whole while one is down, and during a failover the client's map
+    of primaries can miss the promoted one, which then answers NOSCRIPT again."""
+    try:
+        return client.evalsha(script.sha, len(keys), *keys, *args)
+    except redis.exceptions.NoScriptError:  # nothing ran
+        return client.eval(script.script, len(keys), *keys, *args)
 
 
 def is_cluster_url(url: str) -> bool:
