@@ -13,8 +13,7 @@ replica had not received when it died is lost (here an input).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import TypeVar
 
 import pytest
@@ -24,7 +23,12 @@ from actors._errors import StoreUnavailableError
 from supervisor.engine_bus import Delivery, RedisEngineBus
 from supervisor.messages import EngineEvents, InputMessage
 from tests.redis_cluster_support import LocalCluster
-from tests.test_redis_cluster_failover import FAILOVER_LIMIT_S, cut_replication, wait_for
+from tests.test_redis_cluster_failover import (  # noqa: F401 - lossy_cluster: a fixture
+    FAILOVER_LIMIT_S,
+    cut_replication,
+    lossy_cluster,
+    wait_for,
+)
 
 T = TypeVar("T")
 
@@ -34,15 +38,11 @@ POOL_KEY = f"duplex:bus:{{{POOL}}}:in"
 VISIBILITY_S = 0.05
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    """A cluster of this test's own: the test kills the pool's primary."""
-    cluster = LocalCluster(tmp_path)
-    try:
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.stop()
+def own_cluster(request: pytest.FixtureRequest) -> LocalCluster:
+    """A cluster of the test's own (its pool's primary is killed), whose
+    primaries write without their replicas."""
+    cluster: LocalCluster = request.getfixturevalue("lossy_cluster")
+    return cluster
 
 
 def retried(call: Callable[..., T], *args: object, until: Callable[[T], bool] = bool) -> T:
@@ -87,8 +87,9 @@ def _events(generation: int, key: str) -> EngineEvents:
 
 
 def test_after_a_failover_a_held_input_is_answered_once_and_fencing_holds(
-    cluster: LocalCluster,
+    request: pytest.FixtureRequest,
 ) -> None:
+    cluster = own_cluster(request)
     bus = RedisEngineBus(cluster.url, pool=POOL, visibility_s=VISIBILITY_S, timeout_s=1.0)
     primary = cluster.primary_of(POOL_KEY)
     (replica,) = cluster.replicas_of(primary)
@@ -119,8 +120,9 @@ def test_after_a_failover_a_held_input_is_answered_once_and_fencing_holds(
 
 
 def test_an_input_its_replica_never_received_is_lost_in_a_failover(
-    cluster: LocalCluster,
+    request: pytest.FixtureRequest,
 ) -> None:
+    cluster = own_cluster(request)
     """What the bus does not promise: it waits for no replica (unlike the
     store with ``durability_replicas``)."""
     bus = RedisEngineBus(cluster.url, pool=POOL, visibility_s=VISIBILITY_S, timeout_s=1.0)
