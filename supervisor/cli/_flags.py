@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
-import os
-from pathlib import Path
 
 from supervisor.cli._chaos import ChaosConfig
 from supervisor.cli._flag_values import (
@@ -17,9 +15,14 @@ from supervisor.cli._flag_values import (
     store_outage,
     websocket_url,
 )
+from supervisor.cli._shared_flags import (
+    SECRET_ENV,
+    add_logging_flags,
+    add_secret_flags,
+    read_secret,
+)
 from supervisor.gateway._config import GatewayConfig
 from supervisor.gateway._engine import EngineConfig
-from supervisor.gateway._logs import LOG_FORMATS
 from supervisor.gateway._servers import SERVER_ALIASES, SERVERS, ServeOptions
 
 __all__ = [
@@ -31,10 +34,8 @@ __all__ = [
     "read_secret",
 ]
 
-SECRET_ENV = "DUPLEX_SUPERVISOR_SECRET"  # noqa: S105 - a variable name, not a secret
 #: The server ``serve`` uses unless told: the one that needs no extra (README, "Embedding").
 DEFAULT_SERVER = "trio"
-_LEVELS = ("debug", "info", "warning", "error")
 
 
 def _version() -> str:
@@ -42,73 +43,6 @@ def _version() -> str:
         return importlib.metadata.version("duplex-supervisor")
     except importlib.metadata.PackageNotFoundError:
         return "unknown"
-
-
-class _RefuseSecretOnArgv(argparse.Action):
-    def __call__(self, parser: argparse.ArgumentParser, *args: object, **kw: object) -> None:
-        parser.error(
-            "argument --secret: a secret on the command line is visible to every user "
-            f"(ps, /proc); use --secret-file PATH or ${SECRET_ENV}"
-        )
-
-
-def _add_secret_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup, what: str) -> None:
-    parser.add_argument(
-        "--secret-file",
-        metavar="PATH",
-        help=f"{what}: read it from this file (one line; default: ${SECRET_ENV}, or none)",
-    )
-    parser.add_argument(
-        "--secret",
-        action=_RefuseSecretOnArgv,
-        nargs="?",
-        help="refused: a secret in argv is visible in ps; use --secret-file or the "
-        f"environment variable {SECRET_ENV}",
-    )
-
-
-def read_secret(args: argparse.Namespace) -> str | None:
-    path = getattr(args, "secret_file", None)
-    if path is None:
-        return os.environ.get(SECRET_ENV) or None
-    try:
-        secret = Path(path).read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise OSError(exc.errno, f"--secret-file {path}: {exc.strerror or exc}") from None
-    if not secret:
-        raise ValueError(f"--secret-file {path}: the file is empty")
-    return secret
-
-
-def _add_logging_flags(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("logging")
-    group.add_argument(
-        "-v",
-        "--verbose",
-        action="store_true",
-        default=argparse.SUPPRESS,
-        help="log our own lines at DEBUG (same as --log-level debug)",
-    )
-    group.add_argument(
-        "--log-level",
-        choices=_LEVELS,
-        default=argparse.SUPPRESS,
-        help="level of duplex-supervisor's own loggers (default: info for serve, "
-        "warning otherwise)",
-    )
-    group.add_argument(
-        "--log-format",
-        choices=LOG_FORMATS,
-        default=argparse.SUPPRESS,
-        help="text lines, or one JSON object per line (default text)",
-    )
-    group.add_argument(
-        "--third-party-log-level",
-        choices=_LEVELS,
-        default=argparse.SUPPRESS,
-        help="level of every other library's loggers: wsproto, pykka, uvicorn, Hypercorn "
-        "(default warning)",
-    )
 
 
 def _add_engine_flags(parser: argparse.ArgumentParser) -> None:
@@ -271,7 +205,7 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     limits = serve.add_argument_group("limits")
     add_field_flags(limits, GatewayConfig, "limits")
-    _add_secret_flags(limits, "session.open must present the gateway's secret")
+    add_secret_flags(limits, "session.open must present the gateway's secret")
     add_field_flags(serve, ServeOptions, "serve")
     add_field_flags(serve, GatewayConfig, "serve")
     serve.add_argument(
@@ -284,7 +218,7 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_field_flags(serve, GatewayConfig, "authenticate")
     _add_engine_bus_flags(serve)
     _add_engine_flags(serve)
-    _add_logging_flags(serve)
+    add_logging_flags(serve)
 
 
 def _add_store_and_worker_flags(
@@ -365,7 +299,7 @@ def _add_worker(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "worker takes it over (default 5; the same on every worker of the pool)",
     )
     _add_engine_flags(worker)
-    _add_logging_flags(worker)
+    add_logging_flags(worker)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -378,7 +312,7 @@ def parser() -> argparse.ArgumentParser:
         ),
     )
     top.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
-    _add_logging_flags(top)
+    add_logging_flags(top)
     commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     _add_serve(commands)
@@ -406,9 +340,9 @@ def _add_chaos(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="PATH",
         help="PEM certificates to trust for a wss:// gateway (default: the system's)",
     )
-    _add_secret_flags(chaos, "the gateway's session.open secret")
+    add_secret_flags(chaos, "the gateway's session.open secret")
     _add_chaos_flags(chaos, clients=20, duration=10.0)
-    _add_logging_flags(chaos)
+    add_logging_flags(chaos)
 
 
 def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -442,4 +376,4 @@ def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     )
     _add_chaos_flags(demo, clients=20, duration=12.0)
     _add_engine_flags(demo)
-    _add_logging_flags(demo)
+    add_logging_flags(demo)
