@@ -27,16 +27,31 @@ already published; else it appends the message to the owner's stream. So a
 redelivered input answered twice is journaled once, and a late worker never
 writes into a session that moved on.
 
-The scripts name keys they compute (the owner's stream), so the bus runs on
-one Redis (or Valkey) node, not a cluster: a ``redis+cluster://`` URL is
-refused (`ValueError`). The session store may be on a cluster while the bus is
-on a Redis of its own.
+Every script declares every key it touches (``KEYS``), as Redis requires of
+a script that runs on a cluster: the owner's stream is named by the caller,
+from the owner it last saw for the session (remembered per session, or read
+first), and the script refuses (``moved``, changing nothing) when the
+session's owner is another by then; the caller sends it again to the owner
+the script answered. So the bus runs on one Redis (or Valkey) node or on a
+Redis Cluster (``redis+cluster://host:port[,host:port...]``, the URL forms
+`supervisor.redis_store.RedisStore` takes, through the same
+`supervisor.stores._redis_cluster` client): a pool's keys share one hash tag,
+so they are all on one slot, served by one primary; different pools may land
+on different primaries. A node that cannot serve a call (down, failing over,
+``CLUSTERDOWN``, MOVED while the slot map settles) is `StoreUnavailableError`,
+which the gateway and the workers call again (`call_until_reachable`).
+
+Nothing waits for replicas (the store's ``durability_replicas`` is not the
+bus's): a failover of the pool's primary can lose the writes its replica had
+not received yet (see the README's "Engines in other processes").
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, cast
@@ -55,7 +70,11 @@ from supervisor.messages import (
 
 try:
     import redis
-except ModuleNotFoundError:  # pragma: no cover - redis is a dependency
+    import redis.crc
+    import redis.exceptions
+
+    from supervisor.stores import _redis_cluster
+except ModuleNotFoundError:  # pragma: no cover - the redis extra is not installed
     redis = None  # type: ignore[assignment]
 
 __all__ = [
@@ -78,8 +97,17 @@ T = TypeVar("T")
 GROUP = "workers"
 PublishVerdict = Literal["sent", "fenced", "stale", "duplicate", "orphaned"]
 
-# KEYS: in, lease, owner, counts, seen ; ARGV: group, consumer, entry_id,
-# session_id, lease_generation, message_id, encoded, out_prefix, seen_ttl_ms
+#: How many times `publish` follows a session's owner that changed between
+#: its guess and its script (a takeover each time) before it says so.
+OWNER_CHASES = 8
+
+#: Sessions whose owner a bus remembers for `publish` (the oldest forgotten).
+OWNERS_REMEMBERED = 4096
+
+# KEYS: in, lease, owner, counts, seen, out (the owner's stream, as guessed) ;
+# ARGV: group, consumer, entry_id, session_id, lease_generation, message_id,
+# encoded, guessed owner ('' for none), seen_ttl_ms
+# A guess that is not the owner now: {'moved', owner or ''}, nothing changed.
 _PUBLISH = """
 local mine = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1, ARGV[2])
 if #mine == 0 then
@@ -91,14 +119,15 @@ if tonumber(ARGV[5]) < current then
   redis.call('HINCRBY', KEYS[4], 'fenced', 1)
   return 'fenced'
 end
+local owner = redis.call('HGET', KEYS[3], ARGV[4])
+if (owner or '') ~= ARGV[8] then return {'moved', owner or ''} end
 if redis.call('SADD', KEYS[5], ARGV[6]) == 0 then
   redis.call('HINCRBY', KEYS[4], 'duplicates', 1)
   return 'duplicate'
 end
 redis.call('PEXPIRE', KEYS[5], ARGV[9])
-local owner = redis.call('HGET', KEYS[3], ARGV[4])
 if not owner then return 'orphaned' end
-redis.call('XADD', ARGV[8] .. owner, '*', 'm', ARGV[7])
+redis.call('XADD', KEYS[6], '*', 'm', ARGV[7])
 return 'sent'
 """
 
@@ -202,7 +231,12 @@ def _text(value: bytes | str) -> str:
 
 
 class RedisEngineBus:
-    """The bus of one engine pool on one Redis; safe to share between threads."""
+    """The bus of one engine pool on one Redis or a Redis Cluster; safe to
+    share between threads.
+
+    ``url``: ``redis://`` (redis-py's URL), or ``redis+cluster://`` (the
+    store's: `supervisor.stores._redis_cluster`, at most ``max_connections``
+    per node, a caller past them waiting up to ``timeout_s``)."""
 
     def __init__(
         self,
@@ -213,35 +247,49 @@ class RedisEngineBus:
         visibility_s: float = DEFAULT_VISIBILITY_S,
         seen_ttl_s: float = 24 * 3600.0,
         timeout_s: float = 5.0,
+        max_connections: int = 64,
     ) -> None:
         if redis is None:  # pragma: no cover
             raise StoreUnavailableError("redis-py is not installed")
         if visibility_s <= 0:
             raise ValueError("visibility_s must be > 0")
-        if url.partition("://")[0].lower().endswith("+cluster"):
-            raise ValueError(
-                "the engine bus runs on one Redis node, not a Redis Cluster: give it a "
-                "redis:// URL (the session store may still be on the cluster)"
-            )
-        self.where = url.rsplit("@", 1)[-1]  # never the password
         self.visibility_s = visibility_s
         self._visibility_ms = int(visibility_s * 1000)
         self._seen_ttl_ms = int(seen_ttl_s * 1000)
         self._timeout_s = timeout_s
         self._base = f"{prefix}{{{pool}}}"
+        if redis.crc.key_slot(f"{self._base}:in".encode()) != redis.crc.key_slot(
+            f"{self._base}:out:x".encode()
+        ):
+            raise ValueError(
+                f"the engine bus's keys {self._base!r}...: prefix and pool must give them "
+                "one hash tag (a non-empty pool, no '{' or '}' in the prefix)"
+            )
         self._in = f"{self._base}:in"
         self._lease = f"{self._base}:lease"
         self._owner = f"{self._base}:owner"
         self._counts = f"{self._base}:counts"
         self._types = f"{self._base}:types"
-        self._client = redis.Redis.from_url(
-            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
-        )
+        self._client: redis.Redis | _redis_cluster.RedisCluster
+        if _redis_cluster.is_cluster_url(url):
+            self.where = _redis_cluster.where(url)  # never the password
+            with self._reachable():
+                self._client = _redis_cluster.cluster_client(
+                    url, max_connections=max_connections, timeout_s=timeout_s
+                )
+        else:
+            self.where = url.rsplit("@", 1)[-1]  # never the password
+            self._client = redis.Redis.from_url(
+                url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
+            )
         self._publish = self._client.register_script(_PUBLISH)
         self._hold = self._client.register_script(_HOLD)
         self._claim = self._client.register_script(_CLAIM)
         self._release = self._client.register_script(_RELEASE)
         self._group_ready = False
+        # Per session, the owner `publish` last found: its guess of the stream.
+        self._owners: OrderedDict[str, str] = OrderedDict()
+        self._owners_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(where={self.where!r}, base={self._base!r})"
@@ -251,13 +299,33 @@ class RedisEngineBus:
 
     @contextlib.contextmanager
     def _reachable(self) -> Iterator[None]:
+        """Redis (or the pool's node of a cluster) unreachable, timing out or
+        failing over, as `StoreUnavailableError`."""
         try:
             yield
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
+        except _redis_cluster.UNREACHABLE as exc:
             self._group_ready = False  # a restarted Redis may have lost the group
             raise StoreUnavailableError(
                 f"Redis at {self.where} is unavailable ({type(exc).__name__})"
             ) from None
+        except redis.exceptions.ResponseError as exc:
+            if not _redis_cluster.refused_for_replicas(exc):
+                raise
+            raise StoreUnavailableError(
+                f"Redis at {self.where} is unavailable (too few replicas)"
+            ) from None
+
+    def _script(self, script: Any, keys: list[str], args: list[Any]) -> Any:
+        return _redis_cluster.run_script(self._client, script, keys, args)
+
+    def _read(self, key: str, *command: Any) -> Any:
+        """``command`` (an XREAD or XREADGROUP of ``key`` alone) on ``key``'s
+        node: redis-py's cluster client would first ask a server which keys
+        such a command names (COMMAND GETKEYS, a round trip each time)."""
+        if isinstance(self._client, _redis_cluster.RedisCluster):
+            node = self._client.get_node_from_key(key)  # type: ignore[no-untyped-call]
+            return self._client.execute_command(*command, target_nodes=node)  # type: ignore[no-untyped-call]
+        return self._client.execute_command(*command)  # type: ignore[no-untyped-call]
 
     def _seen(self, session_id: str) -> str:
         return f"{self._base}:seen:{session_id}"
@@ -270,13 +338,13 @@ class RedisEngineBus:
     def claim_session(self, session_id: str, gateway: str) -> int:
         """Make ``gateway`` the session's owner; its new lease generation."""
         with self._reachable():
-            return int(self._claim(keys=[self._lease, self._owner], args=[session_id, gateway]))
+            return int(self._script(self._claim, [self._lease, self._owner], [session_id, gateway]))
 
     def release_session(self, session_id: str, gateway: str) -> bool:
         """The session ended here: engine messages for it are dropped from now on."""
         with self._reachable():
             keys = [self._lease, self._owner, self._seen(session_id)]
-            return bool(self._release(keys=keys, args=[session_id, gateway]))
+            return bool(self._script(self._release, keys, [session_id, gateway]))
 
     def submit(self, message: GatewayMessage) -> str:
         """Put ``message`` on the pool's input stream; its entry id."""
@@ -290,8 +358,9 @@ class RedisEngineBus:
         up to ``block_s`` for the first); undecodable entries are logged and skipped."""
         stream = self.out_stream(gateway)
         with self._reachable():
-            answer: Any = self._client.xread(
-                {stream: after}, count=count, block=max(1, int(block_s * 1000))
+            block = max(1, int(block_s * 1000))
+            answer: Any = self._read(
+                stream, "XREAD", "COUNT", count, "BLOCK", block, "STREAMS", stream, after
             )
         found: list[tuple[str, EngineMessage]] = []
         for entry_id, fields in _stream_entries(answer):
@@ -340,8 +409,11 @@ class RedisEngineBus:
             if redelivered:
                 self._client.hincrby(self._counts, "redelivered", len(entries))
             else:
-                answer: Any = self._client.xreadgroup(
-                    GROUP, consumer, {self._in: ">"}, count=count, block=max(1, int(block_s * 1000))
+                block = max(1, int(block_s * 1000))
+                answer: Any = self._read(
+                    self._in,
+                    *("XREADGROUP", "GROUP", GROUP, consumer, "COUNT", count, "BLOCK", block),
+                    *("STREAMS", self._in, ">"),
                 )
                 entries = _stream_entries(answer)
         deliveries: list[Delivery] = []
@@ -361,21 +433,43 @@ class RedisEngineBus:
 
     def publish(self, consumer: str, entry_id: str, message: EngineMessage) -> PublishVerdict:
         """Send ``message``, produced by ``consumer`` for input entry ``entry_id``."""
-        keys = [self._in, self._lease, self._owner, self._counts, self._seen(message.session_id)]
+        session_id = message.session_id
+        keys = [self._in, self._lease, self._owner, self._counts, self._seen(session_id)]
         args: list[str | int | bytes] = [
             GROUP,
             consumer,
             entry_id,
-            message.session_id,
+            session_id,
             message.lease_generation,
             message.message_id,
             encode(message),
-            f"{self._base}:out:",
-            self._seen_ttl_ms,
         ]
+        with self._owners_lock:
+            owner = self._owners.get(session_id, "")
         with self._reachable():
             self._ensure_group()
-            return cast(PublishVerdict, _text(self._publish(keys=keys, args=args)))
+            for _ in range(OWNER_CHASES):
+                # The script declares the stream it may write: the owner's, as guessed.
+                out = self.out_stream(owner) if owner else f"{self._base}:out:"
+                reply = self._script(self._publish, [*keys, out], [*args, owner, self._seen_ttl_ms])
+                if not isinstance(reply, list):
+                    self._remember_owner(session_id, owner)
+                    return cast(PublishVerdict, _text(reply))
+                owner = _text(reply[1])  # ['moved', the owner now]
+        raise StoreUnavailableError(
+            f"engine bus: session {session_id!r} changed owners {OWNER_CHASES} times "
+            "during one publish"
+        )
+
+    def _remember_owner(self, session_id: str, owner: str) -> None:
+        with self._owners_lock:
+            if not owner:
+                self._owners.pop(session_id, None)
+                return
+            self._owners[session_id] = owner
+            self._owners.move_to_end(session_id)
+            while len(self._owners) > OWNERS_REMEMBERED:
+                self._owners.popitem(last=False)
 
     def heartbeat(self, consumer: str, entry_ids: Iterable[str]) -> int:
         """Keep what ``consumer`` holds from being claimed; how many it still holds."""
@@ -392,7 +486,7 @@ class RedisEngineBus:
         with self._reachable():
             self._ensure_group()
             args = [GROUP, consumer, "1" if acknowledge else "0", *ids]
-            return int(self._hold(keys=[self._in], args=args))
+            return int(self._script(self._hold, [self._in], args))
 
     def declare_event_types(self, types: Iterable[str]) -> None:
         """A worker says which client event types its engine takes."""

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 import anyio
 import redis
 
+from supervisor.engine_bus import RedisEngineBus
 from supervisor.gateway._engine import ClientEvent, DemoEngine, EngineConfig, EngineSession
 
 MODULE = [sys.executable, "-m", "supervisor"]
@@ -74,9 +75,10 @@ def plain_redis(url: str) -> Iterator[redis.Redis]:
 
 @contextmanager
 def workers(
-    url: str, count: int, engine: str, **env: str
+    url: str, count: int, engine: str, *, pool: str = "default", **env: str
 ) -> Iterator[list[subprocess.Popen[bytes]]]:
-    """``count`` worker processes on ``url``, ready (their event types declared)."""
+    """``count`` worker processes of ``pool`` on ``url`` (one Redis or a
+    cluster), ready (their event types declared)."""
     command = [
         *MODULE,
         "worker",
@@ -84,6 +86,8 @@ def workers(
         url,
         "--engine",
         engine,
+        "--engine-pool",
+        pool,
         "--visibility-timeout",
         str(VISIBILITY_S),
     ]
@@ -92,11 +96,14 @@ def workers(
         for _ in range(count)
     ]
     try:
-        with plain_redis(url) as client:
+        bus = RedisEngineBus(url, pool=pool)
+        try:
             deadline = time.monotonic() + 30
-            while len(client.smembers("duplex:bus:{default}:types")) == 0:
+            while not bus.declared_event_types():
                 assert time.monotonic() < deadline, "the workers never declared their types"
                 time.sleep(0.05)
+        finally:
+            bus.close()
         yield processes
     finally:
         for process in processes:
@@ -105,9 +112,20 @@ def workers(
             process.wait()
 
 
-def worker_pids(url: str) -> set[int]:
+def worker_pids(url: str, pool: str = "default") -> set[int]:
     """The pids of the workers that joined the pool's consumer group."""
-    with plain_redis(url) as client:
-        consumers = client.xinfo_consumers("duplex:bus:{default}:in", "workers")
-    names = [c["name"] for c in consumers]
-    return {int((n.decode() if isinstance(n, bytes) else str(n)).rsplit("-", 2)[-2]) for n in names}
+    bus = RedisEngineBus(url, pool=pool)
+    try:
+        names = bus.workers()
+    finally:
+        bus.close()
+    return {int(name.rsplit("-", 2)[-2]) for name in names}
+
+
+def bus_counts(url: str, pool: str = "default") -> dict[str, int]:
+    """The pool's ``redelivered``, ``fenced`` and ``duplicates``."""
+    bus = RedisEngineBus(url, pool=pool)
+    try:
+        return bus.counts()
+    finally:
+        bus.close()

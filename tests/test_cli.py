@@ -22,9 +22,10 @@ from rich.console import Console
 
 from supervisor._system import DEFAULT_PASSIVATE_AFTER_S
 from supervisor.cli._chaos import ChaosReport, ClientReport
-from supervisor.cli._commands import _gateway_config, _RunFigures, _table
+from supervisor.cli._commands import _gateway_config
 from supervisor.cli._demo_processes import reap
 from supervisor.cli._flags import SECRET_ENV, parser
+from supervisor.cli._run_report import RunFigures, report_table
 from supervisor.cli._wire_client import WireClient
 from supervisor.gateway._registry import registry_options_for
 from supervisor.gateway._server import GatewayConfig
@@ -502,11 +503,11 @@ def test_the_table_names_each_kind_of_error_beside_the_count() -> None:
     demo once failed on ``errors 1`` and its table could not say why)."""
     totals = ClientReport(errors=3, error_codes={"replaced": 2, "unknown_session": 1})
     console = Console(width=200, record=True)
-    console.print(_table(ChaosReport(totals=totals, clients=[]), None, _RunFigures()))
+    console.print(report_table(ChaosReport(totals=totals, clients=[]), None, RunFigures()))
     text = console.export_text()
     assert re.search(r"│ errors +│ +3 │", text), text
     assert re.search(r"│ errors by kind +│ +replaced 2, unknown_session 1 │", text), text
 
     clean = Console(width=200, record=True)
-    clean.print(_table(ChaosReport(totals=ClientReport(), clients=[]), None, _RunFigures()))
+    clean.print(report_table(ChaosReport(totals=ClientReport(), clients=[]), None, RunFigures()))
     assert "errors by kind" not in clean.export_text()  # no row for what did not happen

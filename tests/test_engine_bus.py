@@ -1,9 +1,12 @@
-"""The engine bus on a real redis-server: delivery, redelivery, dedupe, fencing."""
+"""The engine bus on a real redis-server and on the real local Redis Cluster
+(3 primaries, 3 replicas: the ``bus`` fixture runs each test on both):
+delivery, redelivery, dedupe, fencing."""
 
 from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -11,15 +14,24 @@ import trio
 
 from supervisor.engine_bus import Delivery, LeaseFence, RedisEngineBus
 from supervisor.messages import EngineClose, EngineEvents, InputMessage, SessionNotice
+from tests.redis_cluster_support import LocalCluster
 from tests.redis_support import RedisServer
 
 #: Short, so that a test waits a fraction of a second for a claim.
 VISIBILITY_S = 0.05
 
 
-@pytest.fixture
-def bus(redis_server: RedisServer) -> Iterator[RedisEngineBus]:
-    bus = RedisEngineBus(redis_server.url, pool="p", visibility_s=VISIBILITY_S)
+@pytest.fixture(params=["redis", "cluster"])
+def bus(request: pytest.FixtureRequest) -> Iterator[RedisEngineBus]:
+    """A bus on a redis-server of the test's own, or on the shared cluster
+    under a pool of its own (tests share the cluster)."""
+    if request.param == "cluster":
+        cluster: LocalCluster = request.getfixturevalue("redis_cluster")
+        url, pool = cluster.url, f"p-{uuid.uuid4().hex[:8]}"
+    else:
+        server: RedisServer = request.getfixturevalue("redis_server")
+        url, pool = server.url, "p"
+    bus = RedisEngineBus(url, pool=pool, visibility_s=VISIBILITY_S)
     yield bus
     bus.close()
 
@@ -149,8 +161,9 @@ def test_the_gateways_fence_refuses_and_counts_older_generations() -> None:
 
 
 def test_a_restarted_redis_keeps_pending_inputs_and_the_seen_keys(
-    redis_server: RedisServer, bus: RedisEngineBus
+    redis_server: RedisServer,
 ) -> None:
+    bus = RedisEngineBus(redis_server.url, pool="p", visibility_s=VISIBILITY_S)
     generation = bus.claim_session("s1", "gw")
     bus.submit(
         InputMessage(session_id="s1", lease_generation=generation, client_event_id="c1", text="x")
@@ -162,6 +175,7 @@ def test_a_restarted_redis_keeps_pending_inputs_and_the_seen_keys(
     assert again.entry_id == first.entry_id
     assert bus.publish("alive", again.entry_id, _events("s1", generation, "c1:0")) == "duplicate"
     assert len(bus.read_events("gw", "0-0", block_s=0.1)) == 1
+    bus.close()
 
 
 def _receive_until_reachable(bus: RedisEngineBus, consumer: str) -> list[Delivery]:
@@ -237,3 +251,25 @@ def test_what_a_gateway_sent_before_any_worker_started_reaches_the_first_one(
     assert caplog.text == ""
     assert later.client_event_types == {"input_audio.append", "response.cancel"}
     bus.close()
+
+
+def test_a_publish_follows_a_session_that_moved_to_another_gateway(bus: RedisEngineBus) -> None:
+    """The script writes only the stream it declared (the owner it guessed):
+    a session taken over since, its message goes to the new owner's stream."""
+    first = bus.claim_session("s1", "gw-a")
+    bus.submit(InputMessage(session_id="s1", lease_generation=first, client_event_id="c", text="x"))
+    [delivery] = bus.receive("w", block_s=0.5)
+    assert bus.publish("w", delivery.entry_id, _events("s1", first, "k1")) == "sent"
+    second = bus.claim_session("s1", "gw-b")  # this bus still guesses gw-a
+    assert bus.publish("w", delivery.entry_id, _events("s1", second, "k2")) == "sent"
+    [(_entry, old)] = bus.read_events("gw-a", "0-0", block_s=0.05)
+    [(_entry, new)] = bus.read_events("gw-b", "0-0", block_s=0.1)
+    assert (old.message_id, new.message_id) == ("k1", "k2")
+    assert bus.counts() == {"redelivered": 0, "fenced": 0, "duplicates": 0}
+
+
+def test_a_pool_whose_keys_would_span_slots_is_refused() -> None:
+    """An empty pool makes an empty hash tag, which Redis ignores: each key
+    would hash whole, to slots of its own (refused before connecting)."""
+    with pytest.raises(ValueError, match="one hash tag"):
+        RedisEngineBus("redis://127.0.0.1:1/0", pool="")

@@ -1,5 +1,6 @@
 """Engines in other processes: ``serve --engine-bus`` feeding ``worker`` processes
-over a real redis-server, with workers killed, stopped and Redis restarted."""
+over a real redis-server (and, where the ``bus_at`` fixture says, over the
+real local Redis Cluster), with workers killed, stopped and Redis restarted."""
 
 from __future__ import annotations
 
@@ -9,21 +10,37 @@ import os
 import re
 import signal
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 import trio
 
 from supervisor.cli._wire_client import WireClient
-from tests.engine_worker_support import MODULE, VISIBILITY_S, plain_redis, worker_pids, workers
+from tests.engine_worker_support import MODULE, VISIBILITY_S, bus_counts, worker_pids, workers
 from tests.gateway_support import LIMIT, Frame, read_until
+from tests.redis_cluster_support import LocalCluster
 from tests.redis_support import RedisServer
 from tests.test_cli import _serve_process
 
 SLOW = "tests.engine_worker_support:slow_answer_engine"
 
 
-def _serve(url: str) -> list[str]:
-    return [*MODULE, "serve", "--port", "0", "--engine-bus", url]
+def _serve(url: str, pool: str = "default") -> list[str]:
+    return [*MODULE, "serve", "--port", "0", "--engine-bus", url, "--engine-pool", pool]
+
+
+@pytest.fixture(params=["redis", "cluster"])
+def bus_at(request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
+    """``(url, pool)``: a redis-server of the test's own, or the shared cluster
+    under a pool of the test's own."""
+    if request.param == "cluster":
+        cluster: LocalCluster = request.getfixturevalue("redis_cluster")
+        yield cluster.url, f"w-{uuid.uuid4().hex[:8]}"
+    else:
+        server: RedisServer = request.getfixturevalue("redis_server")
+        yield server.url, "default"
 
 
 async def _open(url: str) -> WireClient:
@@ -33,13 +50,13 @@ async def _open(url: str) -> WireClient:
     return client
 
 
-async def _mid_answer(client: WireClient, url: str) -> tuple[Frame, int]:
+async def _mid_answer(client: WireClient, url: str, pool: str) -> tuple[Frame, int]:
     """Send input c1; its first delta, and the pid of the worker now in its pause."""
     await client.send_json({"type": "input", "client_event_id": "c1", "text": "hi"})
     first = (await read_until(client, "response.output_text.delta"))[-1]
     # The answering worker says who it is; it holds the input's entry.
     pid = int(str(first["delta"]).removeprefix("pid "))
-    assert pid in worker_pids(url)
+    assert pid in worker_pids(url, pool)
     return first, pid
 
 
@@ -51,17 +68,13 @@ async def _frames_for(client: WireClient, seconds: float) -> list[Frame]:
     return frames
 
 
-def _counts(url: str) -> dict[str, int]:
-    with plain_redis(url) as client:
-        raw = client.hgetall("duplex:bus:{default}:counts")
-    return {(k.decode() if isinstance(k, bytes) else k): int(v) for k, v in raw.items()}
-
-
-async def test_a_gateway_feeds_workers_inputs_and_client_events(redis_server: RedisServer) -> None:
-    url = redis_server.url
-    with workers(url, 2, "tests.engine_worker_support:quiet_demo_engine"):
+async def test_a_gateway_feeds_workers_inputs_and_client_events(
+    bus_at: tuple[str, str],
+) -> None:
+    url, pool = bus_at
+    with workers(url, 2, "tests.engine_worker_support:quiet_demo_engine", pool=pool):
         with trio.fail_after(LIMIT * 2):
-            async with _serve_process(_serve(url)) as served:
+            async with _serve_process(_serve(url, pool)) as served:
                 client = await _open(served.url)
                 await client.send_json({"type": "input", "client_event_id": "c1", "text": "hello"})
                 done = (await read_until(client, "response.done"))[-1]
@@ -79,14 +92,14 @@ async def test_a_gateway_feeds_workers_inputs_and_client_events(redis_server: Re
 
 
 async def test_a_worker_killed_mid_answer_is_answered_once_by_another(
-    redis_server: RedisServer,
+    bus_at: tuple[str, str],
 ) -> None:
-    url = redis_server.url
-    with workers(url, 2, SLOW, SLOW_ANSWER_S="2") as processes:
+    url, pool = bus_at
+    with workers(url, 2, SLOW, pool=pool, SLOW_ANSWER_S="2") as processes:
         with trio.fail_after(LIMIT * 2):
-            async with _serve_process(_serve(url)) as served:
+            async with _serve_process(_serve(url, pool)) as served:
                 client = await _open(served.url)
-                first, pid = await _mid_answer(client, url)
+                first, pid = await _mid_answer(client, url, pool)
                 os.kill(pid, signal.SIGKILL)
                 frames = [first, *await _frames_for(client, VISIBILITY_S + 2 + 3)]
                 kinds = [f["type"] for f in frames if "server_event_seq" in f]
@@ -95,28 +108,28 @@ async def test_a_worker_killed_mid_answer_is_answered_once_by_another(
                 assert kinds == ["response.output_text.delta", "response.done"], frames
                 seqs = [f["server_event_seq"] for f in frames if "server_event_seq" in f]
                 assert seqs == [1, 2]
-                assert _counts(url)["redelivered"] == 1
-                assert _counts(url)["duplicates"] == 1
+                assert bus_counts(url, pool)["redelivered"] == 1
+                assert bus_counts(url, pool)["duplicates"] == 1
                 assert sum(p.poll() is None for p in processes) == 1
                 await client.cut()
                 served.process.send_signal(signal.SIGTERM)
 
 
 async def test_a_stopped_worker_resumed_late_is_fenced_not_doubled(
-    redis_server: RedisServer,
+    bus_at: tuple[str, str],
 ) -> None:
-    url = redis_server.url
-    with workers(url, 2, SLOW, SLOW_ANSWER_S="2"):
+    url, pool = bus_at
+    with workers(url, 2, SLOW, pool=pool, SLOW_ANSWER_S="2"):
         with trio.fail_after(LIMIT * 3):
-            async with _serve_process(_serve(url)) as served:
+            async with _serve_process(_serve(url, pool)) as served:
                 client = await _open(served.url)
-                first, pid = await _mid_answer(client, url)
+                first, pid = await _mid_answer(client, url, pool)
                 os.kill(pid, signal.SIGSTOP)
                 done = await read_until(client, "response.done")  # by the other worker
                 os.kill(pid, signal.SIGCONT)  # its late send of the same answer
                 deadline = time.monotonic() + LIMIT
-                while _counts(url).get("fenced", 0) < 1:
-                    assert time.monotonic() < deadline, _counts(url)
+                while bus_counts(url, pool)["fenced"] < 1:
+                    assert time.monotonic() < deadline, bus_counts(url, pool)
                     await trio.sleep(0.1)
                 later = await _frames_for(client, 1.0)
                 events = [f for f in [first, *done, *later] if "server_event_seq" in f]
@@ -232,3 +245,20 @@ async def test_a_killed_gateways_session_gets_the_rest_of_its_answer_on_the_new_
                 assert done[0]["server_event_seq"] == 2
                 await other.cut()
                 second.process.send_signal(signal.SIGTERM)
+
+
+def test_the_demo_with_engine_workers_runs_on_a_cluster(redis_cluster: LocalCluster) -> None:
+    from tests.test_cli import _run
+
+    result = _run(
+        *("demo", "--engine-workers", "2", "--bus", redis_cluster.url),
+        *("--clients", "4", "--duration", "4", "--json"),
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.splitlines()[-1])
+    totals = report["totals"]
+    assert report["ok"] is True, report
+    assert totals["engine_workers_killed"] == 1
+    assert totals["lost"] == 0 and totals["duplicated"] == 0
+    assert totals["answered"] == totals["inputs"] > 0

@@ -74,9 +74,19 @@ def test_an_unreachable_cluster_is_store_unavailable_without_its_password() -> N
     assert "127.0.0.1:1" in str(caught.value)
 
 
-def test_the_engine_bus_refuses_a_cluster() -> None:
-    with pytest.raises(ValueError, match="not a Redis Cluster"):
-        RedisEngineBus("redis+cluster://127.0.0.1:7000")
+def test_the_engine_bus_takes_the_stores_cluster_urls(redis_cluster: LocalCluster) -> None:
+    """The same URL forms as the store (the bus's own tests run on the cluster:
+    tests/test_engine_bus.py), the same refusals, never the password."""
+    bus = RedisEngineBus(redis_cluster.url, pool=f"u{uuid.uuid4().hex[:8]}")
+    assert bus.where == where(redis_cluster.url)
+    assert bus.claim_session("s1", "gw") == 1
+    bus.close()
+    with pytest.raises(ValueError, match=r"(?i)cluster"):
+        RedisEngineBus("redis+cluster://10.0.0.1:7000/1")
+    with pytest.raises(StoreUnavailableError) as caught:
+        RedisEngineBus("redis+cluster://user:secret@127.0.0.1:1", timeout_s=0.5)
+    assert "secret" not in str(caught.value)
+    assert "127.0.0.1:1" in str(caught.value)
 
 
 def test_sessions_on_every_primary_commit_in_one_pipelined_call(

@@ -27,7 +27,7 @@ from actors._errors import RegistryClosedError, SessionReplacedError, StoreUnava
 from actors._store import Commit
 from supervisor.doors._trio import TrioSessionRegistry
 from supervisor.redis_store import RedisStore
-from supervisor.stores import _redis as redis_store
+from supervisor.stores import _redis_scripts as redis_scripts
 from supervisor.testing import Wire
 from tests.redis_proxy import LossyProxy
 from tests.redis_support import RedisServer
@@ -37,9 +37,9 @@ from tests.test_redis_store import events, record
 
 LIMIT = 60.0
 #: What every commit's request holds: the commit script's digest (EVALSHA).
-COMMIT = hashlib.sha1(redis_store._COMMIT.encode()).hexdigest().encode()  # noqa: S324
+COMMIT = hashlib.sha1(redis_scripts.COMMIT.encode()).hexdigest().encode()  # noqa: S324
 #: And every create's.
-CREATE = hashlib.sha1(redis_store._CREATE.encode()).hexdigest().encode()  # noqa: S324
+CREATE = hashlib.sha1(redis_scripts.CREATE.encode()).hexdigest().encode()  # noqa: S324
 
 
 @pytest.fixture

@@ -19,8 +19,8 @@ from actors._journal import ParkedJournal
 from actors._lifecycle import ParkedSession
 from actors._state import SessionState
 from actors._store import SessionRecord, StoredSession, _same_fields, parked_from_store
-from supervisor.stores._redis import _fields as redis_hash
-from supervisor.stores._redis import _record as from_redis_hash
+from supervisor.stores._redis_codec import record_fields as redis_hash
+from supervisor.stores._redis_codec import session_record as from_redis_hash
 from tests.helpers import FakeClock, config, wire_close, wire_send
 
 #: A value for every field, none of them what a new session starts with (so a

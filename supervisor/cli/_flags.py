@@ -5,19 +5,24 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
-import math
-import os
-import re
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
-from urllib.parse import urlsplit
 
 from supervisor.cli._chaos import ChaosConfig
+from supervisor.cli._flag_values import (
+    add_field_flags,
+    durability,
+    field_values,
+    positive,
+    store_outage,
+    websocket_url,
+)
+from supervisor.cli._shared_flags import (
+    SECRET_ENV,
+    add_logging_flags,
+    add_secret_flags,
+    read_secret,
+)
 from supervisor.gateway._config import GatewayConfig
 from supervisor.gateway._engine import EngineConfig
-from supervisor.gateway._flag_spec import flag_dest, flag_fields, flag_name, help_text
-from supervisor.gateway._logs import LOG_FORMATS
 from supervisor.gateway._servers import SERVER_ALIASES, SERVERS, ServeOptions
 
 __all__ = [
@@ -29,10 +34,8 @@ __all__ = [
     "read_secret",
 ]
 
-SECRET_ENV = "DUPLEX_SUPERVISOR_SECRET"  # noqa: S105 - a variable name, not a secret
 #: The server ``serve`` uses unless told: the one that needs no extra (README, "Embedding").
 DEFAULT_SERVER = "trio"
-_LEVELS = ("debug", "info", "warning", "error")
 
 
 def _version() -> str:
@@ -40,244 +43,6 @@ def _version() -> str:
         return importlib.metadata.version("duplex-supervisor")
     except importlib.metadata.PackageNotFoundError:
         return "unknown"
-
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a port number 0..65535, got {text}") from None
-    if not 0 <= value <= 65_535:
-        raise argparse.ArgumentTypeError(f"must be within 0..65535 (0: any free port), got {text}")
-    return value
-
-
-def _websocket_url(text: str) -> str:
-    parts = urlsplit(text)
-    try:
-        port = parts.port
-    except ValueError:  # a port out of range or not a number
-        port = None
-    if parts.scheme not in ("ws", "wss") or not parts.hostname or port is None:
-        raise argparse.ArgumentTypeError(f"need a ws:// or wss://host:port/path URL, got {text!r}")
-    return text
-
-
-class _RefuseSecretOnArgv(argparse.Action):
-    def __call__(self, parser: argparse.ArgumentParser, *args: object, **kw: object) -> None:
-        parser.error(
-            "argument --secret: a secret on the command line is visible to every user "
-            f"(ps, /proc); use --secret-file PATH or ${SECRET_ENV}"
-        )
-
-
-def _add_secret_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup, what: str) -> None:
-    parser.add_argument(
-        "--secret-file",
-        metavar="PATH",
-        help=f"{what}: read it from this file (one line; default: ${SECRET_ENV}, or none)",
-    )
-    parser.add_argument(
-        "--secret",
-        action=_RefuseSecretOnArgv,
-        nargs="?",
-        help="refused: a secret in argv is visible in ps; use --secret-file or the "
-        f"environment variable {SECRET_ENV}",
-    )
-
-
-def read_secret(args: argparse.Namespace) -> str | None:
-    path = getattr(args, "secret_file", None)
-    if path is None:
-        return os.environ.get(SECRET_ENV) or None
-    try:
-        secret = Path(path).read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise OSError(exc.errno, f"--secret-file {path}: {exc.strerror or exc}") from None
-    if not secret:
-        raise ValueError(f"--secret-file {path}: the file is empty")
-    return secret
-
-
-def _add_logging_flags(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("logging")
-    group.add_argument(
-        "-v",
-        "--verbose",
-        action="store_true",
-        default=argparse.SUPPRESS,
-        help="log our own lines at DEBUG (same as --log-level debug)",
-    )
-    group.add_argument(
-        "--log-level",
-        choices=_LEVELS,
-        default=argparse.SUPPRESS,
-        help="level of duplex-supervisor's own loggers (default: info for serve, "
-        "warning otherwise)",
-    )
-    group.add_argument(
-        "--log-format",
-        choices=LOG_FORMATS,
-        default=argparse.SUPPRESS,
-        help="text lines, or one JSON object per line (default text)",
-    )
-    group.add_argument(
-        "--third-party-log-level",
-        choices=_LEVELS,
-        default=argparse.SUPPRESS,
-        help="level of every other library's loggers: wsproto, pykka, uvicorn, Hypercorn "
-        "(default warning)",
-    )
-
-
-def _finite(value: float, text: str, off: str = "") -> float:
-    # float() takes "inf" and "1e999"; as a duration or rate infinity breaks
-    # deadlines (or means "never", which only a flag taking 'none' offers).
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be finite{off}, got {text}")
-    return value
-
-
-def _number(kind: Callable[[str], float], text: str, expected: str) -> float:
-    # argparse names the parse function in its complaint ("invalid parse
-    # value"): say instead what the flag takes.
-    try:
-        return kind(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
-
-
-def _positive(kind: Callable[[str], float]) -> Callable[[str], float]:
-    expected = "a whole number" if kind is int else "a number"
-
-    def parse(text: str) -> float:
-        value = _number(kind, text, expected)
-        if not value > 0:  # NaN too
-            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-        return _finite(value, text)
-
-    return parse
-
-
-def _store_outage(text: str) -> tuple[float, float]:
-    """``--store-outage AT:SECONDS``: when the demo's Redis dies, and for how long."""
-    at, colon, seconds = text.partition(":")
-    if not colon:
-        raise argparse.ArgumentTypeError(f"expected AT:SECONDS (e.g. 3:2), got {text!r}")
-    start = _finite(_number(float, at, "a number of seconds"), at)
-    length = _positive(float)(seconds)
-    if not start >= 0:
-        raise argparse.ArgumentTypeError(f"AT must be >= 0, got {at}")
-    return start, length
-
-
-#: The units `byte_size` takes: binary as the help prints them, decimal too.
-_BYTE_UNITS = {
-    "": 1,
-    "b": 1,
-    "kib": 1 << 10,
-    "mib": 1 << 20,
-    "gib": 1 << 30,
-    "kb": 1000,
-    "mb": 1000**2,
-    "gb": 1000**3,
-}
-_BYTE_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*", re.IGNORECASE)
-
-
-def byte_size(text: str) -> int:
-    """A positive count of bytes: ``4194304``, ``4MiB``, ``4 MiB``, ``64KiB``, ``1MB``."""
-    match = _BYTE_SIZE.fullmatch(text)
-    unit = _BYTE_UNITS.get(match.group(2).lower()) if match else None
-    if match is None or unit is None:
-        raise argparse.ArgumentTypeError(
-            f"expected a size in bytes (65536, 64KiB, 4 MiB, 1MB), got {text!r}"
-        )
-    exact = float(match.group(1)) * unit
-    if exact != int(exact):
-        raise argparse.ArgumentTypeError(f"must be a whole number of bytes, got {text}")
-    value = int(exact)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-    return value
-
-
-def _seconds_or_none(*, zero: bool) -> Callable[[str], float | None]:
-    """Seconds, or 'none' (off); positive, or with ``zero`` >= 0; never infinite."""
-    bound = ">= 0" if zero else "positive"
-
-    def parse(text: str) -> float | None:
-        if text.strip().lower() == "none":
-            return None
-        value = _number(float, text, "seconds (a number) or 'none'")
-        if not (value >= 0 if zero else value > 0):
-            raise argparse.ArgumentTypeError(f"must be {bound} or 'none', got {text}")
-        return _finite(value, text, " ('none' turns it off)")
-
-    return parse
-
-
-def _durability(text: str) -> int:
-    """``replicas=K`` (K >= 0): the replicas each Redis commit waits for."""
-    name, _, count = text.partition("=")
-    if name != "replicas" or not count.isdigit():
-        raise argparse.ArgumentTypeError(f"expected replicas=K (K >= 0), not {text!r}")
-    return int(count)
-
-
-def _non_negative(text: str) -> float:
-    value = _number(float, text, "a number")
-    if not value >= 0:  # NaN too
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return _finite(value, text)
-
-
-#: How a field's flag reads its value (``FlagSpec.parse``; empty: by the default's
-#: type); None: the text as typed.
-_PARSERS: dict[str, Callable[[str], object] | None] = {
-    "int": _positive(int),
-    "float": _positive(float),
-    "integer": int,
-    "non-negative": _non_negative,
-    "str": None,
-    "port": _port,
-    "bytes": byte_size,
-    "seconds|none": _seconds_or_none(zero=False),
-    "seconds>=0|none": _seconds_or_none(zero=True),
-}
-
-
-def add_field_flags(
-    parser: argparse.ArgumentParser | argparse._ArgumentGroup, config: type, group: str
-) -> None:
-    """A flag for each field of the dataclass ``config`` whose ``flag(...)`` metadata
-    names ``group``: its default the field's, its help the field's, the default
-    written into the help from the field (so a default is written once)."""
-    for field, spec in flag_fields(config, group):
-        if isinstance(field.default, bool):  # a switch: off unless given
-            parser.add_argument(
-                flag_name(field, spec), action="store_true", help=help_text(field, spec)
-            )
-            continue
-        parse = _PARSERS[spec.parse or type(field.default).__name__]
-        typed: dict[str, Any] = {} if parse is None else {"type": parse}
-        parser.add_argument(
-            flag_name(field, spec),
-            **typed,
-            default=field.default,
-            metavar=spec.metavar,
-            help=help_text(field, spec),
-        )
-
-
-def field_values(args: argparse.Namespace, config: type) -> dict[str, Any]:
-    """The values ``args`` holds for ``config``'s flag fields, by field name."""
-    found: dict[str, Any] = {}
-    for field, spec in flag_fields(config):
-        dest = flag_dest(field, spec)
-        if hasattr(args, dest):  # a group this command has not got
-            found[field.name] = getattr(args, dest)
-    return found
 
 
 def _add_engine_flags(parser: argparse.ArgumentParser) -> None:
@@ -290,13 +55,13 @@ def _add_chaos_flags(parser: argparse.ArgumentParser, *, clients: int, duration:
     group = parser.add_argument_group("chaos clients")
     group.add_argument(
         "--clients",
-        type=_positive(int),
+        type=positive(int),
         default=clients,
         help=f"concurrent clients, one session each (default {clients})",
     )
     group.add_argument(
         "--duration",
-        type=_positive(float),
+        type=positive(float),
         default=duration,
         metavar="SECONDS",
         help=f"how long the clients stream before closing (default {duration:g})",
@@ -321,7 +86,7 @@ def _add_redis_flags(net: argparse._ArgumentGroup) -> None:
     )
     net.add_argument(
         "--redis-durability",
-        type=_durability,
+        type=durability,
         default=0,
         metavar="replicas=K",
         help="with --redis: each commit (and each create and takeover) also waits until K "
@@ -336,7 +101,7 @@ def _add_demo_processes(demo: argparse.ArgumentParser) -> None:
     multi = demo.add_argument_group("more than one process")
     multi.add_argument(
         "--processes",
-        type=_positive(int),
+        type=positive(int),
         default=1,
         metavar="N",
         help="gateway processes sharing --redis; with 2 or more, one is SIGKILLed halfway "
@@ -355,7 +120,7 @@ def _add_demo_processes(demo: argparse.ArgumentParser) -> None:
     )
     multi.add_argument(
         "--redis-durability",
-        type=_durability,
+        type=durability,
         default=0,
         metavar="replicas=K",
         help="as for serve: each commit, create and takeover also waits for K replicas "
@@ -364,7 +129,7 @@ def _add_demo_processes(demo: argparse.ArgumentParser) -> None:
     )
     multi.add_argument(
         "--workers",
-        type=_positive(int),
+        type=positive(int),
         metavar="N",
         help="one 'serve --workers N --redis' process instead (N workers on one port, as "
         "the kernel spreads connections); one worker is SIGKILLed halfway through and "
@@ -372,7 +137,7 @@ def _add_demo_processes(demo: argparse.ArgumentParser) -> None:
     )
     multi.add_argument(
         "--store-outage",
-        type=_store_outage,
+        type=store_outage,
         metavar="AT:SECONDS",
         help="with --redis local: the redis-server keeps an append-only file (appendfsync "
         "always), is SIGKILLed AT seconds into the run and started again from that file "
@@ -387,7 +152,7 @@ def _add_demo_engines(demo: argparse.ArgumentParser) -> None:
     workers = demo.add_argument_group("engines in other processes")
     workers.add_argument(
         "--engine-workers",
-        type=_positive(int),
+        type=positive(int),
         metavar="N",
         help="run the demo engine in N 'worker' processes fed over --bus; the first is "
         "SIGKILLed halfway through and the others take its work over; the table adds "
@@ -396,7 +161,8 @@ def _add_demo_engines(demo: argparse.ArgumentParser) -> None:
     workers.add_argument(
         "--bus",
         metavar="URL",
-        help="the Redis of the engine bus (redis://host:port/db), or 'local': start a "
+        help="the Redis of the engine bus (redis://host:port/db, or "
+        "redis+cluster://host:port,... for a Redis Cluster), or 'local': start a "
         "redis-server from PATH for the run",
     )
 
@@ -439,7 +205,7 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     limits = serve.add_argument_group("limits")
     add_field_flags(limits, GatewayConfig, "limits")
-    _add_secret_flags(limits, "session.open must present the gateway's secret")
+    add_secret_flags(limits, "session.open must present the gateway's secret")
     add_field_flags(serve, ServeOptions, "serve")
     add_field_flags(serve, GatewayConfig, "serve")
     serve.add_argument(
@@ -452,7 +218,7 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_field_flags(serve, GatewayConfig, "authenticate")
     _add_engine_bus_flags(serve)
     _add_engine_flags(serve)
-    _add_logging_flags(serve)
+    add_logging_flags(serve)
 
 
 def _add_store_and_worker_flags(
@@ -462,7 +228,7 @@ def _add_store_and_worker_flags(
     _add_redis_flags(net)
     net.add_argument(
         "--workers",
-        type=_positive(int),
+        type=positive(int),
         metavar="N",
         help="run N worker processes, each a whole gateway with its own loop, on one "
         "listening socket this process binds (the kernel gives each connection to one of "
@@ -484,9 +250,10 @@ def _add_engine_bus_flags(serve: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--engine-bus",
         metavar="URL",
-        help="feed engine workers ('duplex-supervisor worker') over the Redis at URL instead "
-        "of running an engine in this process (start the workers first: their client event "
-        "types are read at start)",
+        help="feed engine workers ('duplex-supervisor worker') over the Redis at URL "
+        "(redis://host:port/db, or redis+cluster://host:port,host:port,... for a Redis "
+        "Cluster) instead of running an engine in this process (start the workers first: "
+        "their client event types are read at start)",
     )
     serve.add_argument(
         "--engine-pool",
@@ -505,7 +272,13 @@ def _add_worker(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "bus, and sends the engine's events back. A worker that dies leaves its work to the "
         "others after --visibility-timeout. Runs until Ctrl-C or SIGTERM.",
     )
-    worker.add_argument("--bus", required=True, metavar="URL", help="the Redis of the bus")
+    worker.add_argument(
+        "--bus",
+        required=True,
+        metavar="URL",
+        help="the Redis of the bus (redis://host:port/db, or "
+        "redis+cluster://host:port,host:port,... for a Redis Cluster)",
+    )
     worker.add_argument(
         "--engine",
         metavar="MODULE:FACTORY",
@@ -519,14 +292,14 @@ def _add_worker(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )
     worker.add_argument(
         "--visibility-timeout",
-        type=_positive(float),
+        type=positive(float),
         default=5.0,
         metavar="SECONDS",
         help="how long work a worker holds may go without its heartbeat before another "
         "worker takes it over (default 5; the same on every worker of the pool)",
     )
     _add_engine_flags(worker)
-    _add_logging_flags(worker)
+    add_logging_flags(worker)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -539,7 +312,7 @@ def parser() -> argparse.ArgumentParser:
         ),
     )
     top.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
-    _add_logging_flags(top)
+    add_logging_flags(top)
     commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     _add_serve(commands)
@@ -559,7 +332,7 @@ def _add_chaos(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     chaos.add_argument(
         "url",
-        type=_websocket_url,
+        type=websocket_url,
         help="the gateway, e.g. ws://127.0.0.1:8765/v1 or wss://...",
     )
     chaos.add_argument(
@@ -567,9 +340,9 @@ def _add_chaos(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="PATH",
         help="PEM certificates to trust for a wss:// gateway (default: the system's)",
     )
-    _add_secret_flags(chaos, "the gateway's session.open secret")
+    add_secret_flags(chaos, "the gateway's session.open secret")
     _add_chaos_flags(chaos, clients=20, duration=10.0)
-    _add_logging_flags(chaos)
+    add_logging_flags(chaos)
 
 
 def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -603,4 +376,4 @@ def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     )
     _add_chaos_flags(demo, clients=20, duration=12.0)
     _add_engine_flags(demo)
-    _add_logging_flags(demo)
+    add_logging_flags(demo)

@@ -29,7 +29,6 @@ after the last RDB snapshot.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Iterator, Sequence
@@ -47,15 +46,31 @@ except ModuleNotFoundError:
 from actors._client_seqs import ClientWatermark, parse_runs
 from actors._errors import (
     DuplicateSessionError,
-    GapReason,
-    SessionReplacedError,
     StoreOutcomeUnknownError,
     StoreUnavailableError,
-    TokenConflictError,
 )
-from actors._store import DEFAULT_LEASE_S, Commit, SessionRecord, StoredEvent, StoredSession
+from actors._store import DEFAULT_LEASE_S, Commit, SessionRecord, StoredSession
 from supervisor._log_limit import LogLimiter
 from supervisor.stores import _redis_cluster
+from supervisor.stores._redis_codec import (
+    commit_refusal,
+    record_fields,
+    script_events,
+    session_record,
+    stream_events,
+    written,
+)
+from supervisor.stores._redis_scripts import (
+    ACQUIRE,
+    BIND_IDENTITY,
+    CLAIM_INPUT,
+    COMMIT,
+    CREATE,
+    DELETE,
+    FENCE,
+    RECORD_CLIENT_SEQ,
+    RENEW,
+)
 
 __all__ = ["DEFAULT_KEY_TTL_S", "RedisStore"]
 
@@ -67,295 +82,14 @@ RENEW_BATCH = 500
 #: A session that nobody writes or renews for this long is dropped by Redis.
 DEFAULT_KEY_TTL_S = 24 * 3600.0
 
-_NOW_MS = "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000) "
-
-# ARGV: lease_ms, ttl_ms, the field args ('td' and the token digest first). A
-# create sent again after its answer was lost finds its own session (its token
-# digest, fresh for each create, and epoch 1: nobody wrote since) and answers
-# as the first did.
-_CREATE = (
-    _NOW_MS
-    + """
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  if redis.call('HGET', KEYS[1], 'td') == ARGV[4]
-     and redis.call('HGET', KEYS[1], 'epoch') == '1' then return 1 end
-  return 0
-end
-redis.call('DEL', KEYS[2], KEYS[3])
-redis.call('HSET', KEYS[1], 'epoch', 1, 'lease_until', now + tonumber(ARGV[1]),
-           unpack(ARGV, 3))
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return 1
-"""
-)
-
-# Marks client events handled (`actors._client_seqs.ClientWatermark.with_handled`,
-# alike): the session hash's ``cs`` is the watermark, ``ch`` the runs handled
-# above it ("first-last,first-last").
-_MARK_HANDLED = """
-local function mark_handled(key, seqs)
-  local last = tonumber(redis.call('HGET', key, 'cs') or '0')
-  local runs = {}
-  for first, final in string.gmatch(redis.call('HGET', key, 'ch') or '', '(%d+)-(%d+)') do
-    runs[#runs + 1] = {tonumber(first), tonumber(final)}
-  end
-  for _, seq in ipairs(seqs) do
-    if seq > last then
-      local i = 1
-      while i <= #runs and runs[i][2] < seq - 1 do i = i + 1 end
-      if i > #runs or runs[i][1] > seq + 1 then
-        table.insert(runs, i, {seq, seq})
-      else
-        if seq < runs[i][1] then runs[i][1] = seq end
-        if seq > runs[i][2] then runs[i][2] = seq end
-        if i < #runs and runs[i + 1][1] <= runs[i][2] + 1 then
-          if runs[i + 1][2] > runs[i][2] then runs[i][2] = runs[i + 1][2] end
-          table.remove(runs, i + 1)
-        end
-      end
-    end
-  end
-  while #runs > 0 and runs[1][1] <= last + 1 do
-    if runs[1][2] > last then last = runs[1][2] end
-    table.remove(runs, 1)
-  end
-  local parts = {}
-  for i, run in ipairs(runs) do parts[i] = string.format('%d-%d', run[1], run[2]) end
-  redis.call('HSET', key, 'cs', string.format('%d', last), 'ch', table.concat(parts, ','))
-end
-"""
-
-# ARGV: epoch, lease_ms, ttl_ms, expect_digest|'', trim_through|'', n_field_args,
-# the field args, n_settles, the settled input keys, n_handled, the handled
-# client_seqs, then 4 per event: sequence, encoded, created_at, encoded_bytes.
-# Appends must follow the stored head (or the commit's new trim boundary, past
-# which a store_lost skip or an ack moved the journal), one after another: an
-# owner whose store lost its last writes (a replica promoted without them)
-# writing on from its own head would leave a hole a later owner replays past.
-_COMMIT = (
-    _NOW_MS
-    + _MARK_HANDLED
-    + """
-local epoch = redis.call('HGET', KEYS[1], 'epoch')
-if not epoch then return -1 end
-if tonumber(epoch) ~= tonumber(ARGV[1]) then return -2 end
-if tonumber(redis.call('HGET', KEYS[1], 'lease_until')) < now then return -3 end
-if ARGV[4] ~= '' and redis.call('HGET', KEYS[1], 'td') ~= ARGV[4] then return -4 end
-local nf = tonumber(ARGV[6])
-local ns = tonumber(ARGV[7 + nf])
-local nh = tonumber(ARGV[8 + nf + ns])
-local first = 9 + nf + ns + nh
-local top = tonumber(redis.call('HGET', KEYS[1], 'ns')) - 1
-if ARGV[5] ~= '' and tonumber(ARGV[5]) > top then top = tonumber(ARGV[5]) end
-for i = first, #ARGV, 4 do
-  local seq = tonumber(ARGV[i])
-  if seq ~= top + 1 then return -5 end
-  top = seq
-end
-for i = first, #ARGV, 4 do
-  redis.call('XADD', KEYS[2], '0-' .. ARGV[i], 'e', ARGV[i + 1], 't', ARGV[i + 2],
-             'b', ARGV[i + 3])
-end
-if ARGV[5] ~= '' then
-  redis.call('XTRIM', KEYS[2], 'MINID', '0-' .. (tonumber(ARGV[5]) + 1))
-end
-if nf > 0 then
-  redis.call('HSET', KEYS[1], unpack(ARGV, 7, 6 + nf))
-elseif first <= #ARGV then
-  redis.call('HSET', KEYS[1], 'ns', top + 1)
-end
-for i = 8 + nf, 7 + nf + ns do redis.call('HSET', KEYS[3], ARGV[i], '') end
-if nh > 0 then
-  local handled = {}
-  for i = 9 + nf + ns, 8 + nf + ns + nh do handled[#handled + 1] = tonumber(ARGV[i]) end
-  mark_handled(KEYS[1], handled)
-end
-redis.call('HSET', KEYS[1], 'lease_until', now + tonumber(ARGV[2]))
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-redis.call('PEXPIRE', KEYS[2], ARGV[3])
-redis.call('PEXPIRE', KEYS[3], ARGV[3])
-return 1
-"""
-)
-
-_ACQUIRE = (
-    _NOW_MS
-    + """
-if redis.call('HGET', KEYS[1], 'td') ~= ARGV[3] then return false end
-local epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
-redis.call('HSET', KEYS[1], 'lease_until', now + tonumber(ARGV[1]))
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-redis.call('PEXPIRE', KEYS[2], ARGV[2])
-redis.call('PEXPIRE', KEYS[3], ARGV[2])
-return {redis.call('HGETALL', KEYS[1]), redis.call('XRANGE', KEYS[2], '-', '+')}
-"""
-)
-
-# ARGV: epoch, lease_ms, ttl_ms, nonce. The fence's answer may be lost too: a
-# fence sent again with the same nonce finds its own epoch (``fn``) and answers
-# as the first did, never "replaced" by itself.
-_FENCE = (
-    _NOW_MS
-    + """
-local epoch = redis.call('HGET', KEYS[1], 'epoch')
-if not epoch then return -1 end
-local ours = tonumber(epoch) == tonumber(ARGV[1]) + 1
-  and redis.call('HGET', KEYS[1], 'fn') == ARGV[4]
-if not ours then
-  if tonumber(epoch) ~= tonumber(ARGV[1]) then return -2 end
-  if tonumber(redis.call('HGET', KEYS[1], 'lease_until')) < now then return -3 end
-  redis.call('HINCRBY', KEYS[1], 'epoch', 1)
-  redis.call('HSET', KEYS[1], 'fn', ARGV[4])
-end
-redis.call('HSET', KEYS[1], 'lease_until', now + tonumber(ARGV[2]))
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-redis.call('PEXPIRE', KEYS[2], ARGV[3])
-redis.call('PEXPIRE', KEYS[3], ARGV[3])
-return redis.call('HGETALL', KEYS[1])
-"""
-)
-
-_RENEW = (
-    _NOW_MS
-    + """
-local epoch = redis.call('HGET', KEYS[1], 'epoch')
-if not epoch or tonumber(epoch) ~= tonumber(ARGV[1]) then return 0 end
-if tonumber(redis.call('HGET', KEYS[1], 'lease_until')) < now then return 0 end
-redis.call('HSET', KEYS[1], 'lease_until', now + tonumber(ARGV[2]))
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-redis.call('PEXPIRE', KEYS[2], ARGV[3])
-redis.call('PEXPIRE', KEYS[3], ARGV[3])
-return 1
-"""
-)
-
-_DELETE = """
-local epoch = redis.call('HGET', KEYS[1], 'epoch')
-if epoch and tonumber(epoch) == tonumber(ARGV[1]) then
-  redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
-end
-return 1
-"""
-
-_BIND_IDENTITY = """
-if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'idn', ARGV[1]) end
-return 1
-"""
-
-# ARGV: client_seq, handled (`_MARK_HANDLED`).
-_RECORD_CLIENT_SEQ = (
-    _MARK_HANDLED
-    + """
-if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
-mark_handled(KEYS[1], {tonumber(ARGV[1])})
-return 1
-"""
-)
-
-# ARGV: claimant, input key, ttl_ms. 1: claimed (now, or by this claimant's
-# earlier try whose reply was lost); 0: answered; -1: no session.
-_CLAIM_INPUT = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
-local held = redis.call('HGET', KEYS[3], ARGV[2])
-if held == '' then return 0 end
-if held == ARGV[1] then return 1 end
-redis.call('HSET', KEYS[3], ARGV[2], ARGV[1])
-redis.call('PEXPIRE', KEYS[3], ARGV[3])
-return 1
-"""
-
-
 #: A pipelined reply that says the connection broke or timed out under it.
 _LOST = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 
 
-def _written(reply: object) -> bool:
-    """A script's reply that says it wrote: a commit's or a create's 1, a
-    fence's or an acquire's fields."""
-    return reply == 1 or isinstance(reply, list)
-
-
-def _commit_refusal(outcome: object, session_id: str) -> BaseException | None:
-    """What the commit script's answer says: ``None`` (applied) or the refusal."""
-    if outcome == 1:
-        return None
-    if outcome == -4:
-        return TokenConflictError("the resume token was rotated by another resume")
-    return SessionReplacedError(session_id)
-
-
-def _fields(record: SessionRecord) -> list[str | bytes]:
-    last = record.last_resume
-    values: dict[str, str | bytes] = {
-        "td": record.token_digest.hex(),
-        "rd": "" if record.recovery_token_digest is None else record.recovery_token_digest.hex(),
-        "ag": str(record.attachment_generation),
-        "lg": str(record.lease_generation),
-        "ol": ""
-        if record.orphaned_lease_generation is None
-        else str(record.orphaned_lease_generation),
-        "lr": "" if last is None else f"{last[0]}:{last[1].hex()}",
-        "da": "" if record.detached_at is None else repr(record.detached_at),
-        "ns": str(record.next_sequence),
-        "dt": str(record.dropped_through),
-        "dr": json.dumps(record.drop_runs),
-        "of": "1" if record.overflowed else "0",
-    }
-    flat: list[str | bytes] = []
-    for key, value in values.items():
-        flat += [key, value]
-    return flat
-
-
-def _record(raw: dict[bytes, bytes]) -> SessionRecord:
-    text = {key.decode(): value.decode() for key, value in raw.items()}
-    last = text["lr"]
-    generation, _, digest = last.partition(":")
-    runs = cast(list[list[Any]], json.loads(text["dr"]))
-    return SessionRecord(
-        token_digest=bytes.fromhex(text["td"]),
-        recovery_token_digest=bytes.fromhex(text["rd"]) if text["rd"] else None,
-        attachment_generation=int(text["ag"]),
-        lease_generation=int(text["lg"]),
-        orphaned_lease_generation=int(text["ol"]) if text["ol"] else None,
-        last_resume=(int(generation), bytes.fromhex(digest)) if last else None,
-        detached_at=float(text["da"]) if text["da"] else None,
-        next_sequence=int(text["ns"]),
-        dropped_through=int(text["dt"]),
-        drop_runs=tuple((int(through), cast(GapReason, reason)) for through, reason in runs),
-        overflowed=text["of"] == "1",
-    )
-
-
-def _events(raw: list[tuple[bytes, dict[bytes, bytes]]]) -> tuple[StoredEvent, ...]:
-    return tuple(
-        StoredEvent(
-            sequence=int(stream_id.split(b"-")[1]),
-            created_at=float(fields[b"t"]),
-            encoded_bytes=int(fields[b"b"]),
-            encoded=fields[b"e"],
-        )
-        for stream_id, fields in raw
-    )
-
-
-def _script_events(raw: list[list[Any]]) -> tuple[StoredEvent, ...]:
-    """A script's XRANGE reply: ``[id, [b"e", encoded, b"t", at, b"b", size]]`` each,
-    the fields in the order the commit script's XADD wrote them."""
-    return tuple(
-        StoredEvent(
-            sequence=int(stream_id[2:]),
-            created_at=float(fields[3]),
-            encoded_bytes=int(fields[5]),
-            encoded=fields[1],
-        )
-        for stream_id, fields in raw
-    )
-
-
 # Over ~400 lines: the whole `SessionStore` protocol (and `BatchingStore`), each
 # method one script call or one pipeline with its error mapping; the scripts
-# and the cluster client already live outside the class.
+# (_redis_scripts.py), the codec (_redis_codec.py) and the cluster client
+# (_redis_cluster.py) live outside the class.
 class RedisStore:
     """A `SessionStore` on one Redis (see the module).
 
@@ -438,15 +172,15 @@ class RedisStore:
         self.lease_s = lease_s
         self._lease_ms = max(1, int(lease_s * 1000))
         self._ttl_ms = max(1, int(key_ttl_s * 1000))
-        self._create = self._client.register_script(_CREATE)
-        self._commit = self._client.register_script(_COMMIT)
-        self._acquire = self._client.register_script(_ACQUIRE)
-        self._renew = self._client.register_script(_RENEW)
-        self._fence = self._client.register_script(_FENCE)
-        self._delete = self._client.register_script(_DELETE)
-        self._claim_input = self._client.register_script(_CLAIM_INPUT)
-        self._bind_identity = self._client.register_script(_BIND_IDENTITY)
-        self._record_client_seq = self._client.register_script(_RECORD_CLIENT_SEQ)
+        self._create = self._client.register_script(CREATE)
+        self._commit = self._client.register_script(COMMIT)
+        self._acquire = self._client.register_script(ACQUIRE)
+        self._renew = self._client.register_script(RENEW)
+        self._fence = self._client.register_script(FENCE)
+        self._delete = self._client.register_script(DELETE)
+        self._claim_input = self._client.register_script(CLAIM_INPUT)
+        self._bind_identity = self._client.register_script(BIND_IDENTITY)
+        self._record_client_seq = self._client.register_script(RECORD_CLIENT_SEQ)
 
     def _keys(self, session_id: str) -> list[str]:
         base = f"{self.prefix}{{{session_id}}}"
@@ -511,27 +245,15 @@ class RedisStore:
         return reply
 
     def _run(self, script: Any, keys: list[str], args: list[Any], *, wrote: bool = False) -> Any:
-        """One script call (EVALSHA) on its session's node. A node that lacks the
-        script (a restart, a replica just promoted) runs it by EVAL, routed by
-        the same keys, which also leaves it in that node's cache. Not loaded
-        on "every primary" first: redis-py's `Script` does that and fails whole
-        while one is down, and during a failover the client's map of primaries
-        can miss the promoted one, which then answers NOSCRIPT again."""
-        if self._pool is None:  # a cluster: sent as a batch is, never twice
-            (reply,) = self._pipelined(script, [(keys, args)], wrote=wrote)
-            if isinstance(reply, BaseException):
-                raise reply
-            return reply
+        """One script call on its session's node (`_redis_cluster.run_script`;
+        on a cluster never sent twice)."""
         with self._reachable(wrote=wrote):
-            try:
-                return self._client.evalsha(script.sha, len(keys), *keys, *args)
-            except NoScriptError:  # nothing ran
-                return self._client.eval(script.script, len(keys), *keys, *args)
+            return _redis_cluster.run_script(self._client, script, keys, args)
 
     def create(self, session_id: str, record: SessionRecord) -> int:
         """See `SessionStore.create`. Its answer lost (`StoreOutcomeUnknownError`),
         the same ``record`` sent again answers 1 if the first was applied."""
-        fields = _fields(record)
+        fields = record_fields(record)
         assert fields[0] == "td"  # noqa: S101 - the script reads the digest at ARGV[4]
         created = self._durable_write(
             self._create, self._keys(session_id), [self._lease_ms, self._ttl_ms, *fields]
@@ -573,7 +295,7 @@ class RedisStore:
         with self._reachable(wrote=True):
             outcomes = self._pipelined(self._commit, calls, durable=True)
         return [
-            outcome if isinstance(outcome, Exception) else _commit_refusal(outcome, c.session_id)
+            outcome if isinstance(outcome, Exception) else commit_refusal(outcome, c.session_id)
             for c, outcome in zip(commits, outcomes, strict=True)
         ]
 
@@ -583,7 +305,6 @@ class RedisStore:
         calls: list[tuple[list[str], list[Any]]],
         *,
         durable: bool = False,
-        wrote: bool | None = None,
     ) -> list[Any]:
         """Run ``script`` once per ``(keys, args)`` in one round trip; each reply,
         or the error Redis answered for that call alone.
@@ -595,11 +316,11 @@ class RedisStore:
         """
         if not calls:
             return []
-        replies = self._send(script, calls, durable=durable, wrote=wrote)
+        replies = self._send(script, calls, durable=durable)
         missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
         if missing:
             again = [calls[i] for i in missing]
-            by_body = self._send(script, again, durable=durable, wrote=wrote, by_body=True)
+            by_body = self._send(script, again, durable=durable, by_body=True)
             for i, reply in zip(missing, by_body, strict=True):
                 replies[i] = reply
         return replies
@@ -610,14 +331,12 @@ class RedisStore:
         calls: list[tuple[list[str], list[Any]]],
         *,
         durable: bool = False,
-        wrote: bool | None = None,
         by_body: bool = False,
     ) -> list[Any]:
         """One pipeline (`_redis_cluster.send_scripts`; ``by_body``: EVAL with
         the script's text, not EVALSHA); ``durable`` with
         `durability_replicas`: an applied script (reply 1) whose replicas did
-        not all acknowledge it is answered `StoreOutcomeUnknownError`.
-        ``wrote`` (``durable`` unless given): see `_reply`."""
+        not all acknowledge it is answered `StoreOutcomeUnknownError`."""
         replies, acknowledged = _redis_cluster.send_scripts(
             self._client,
             ("EVAL", script.script) if by_body else ("EVALSHA", script.sha),
@@ -627,13 +346,13 @@ class RedisStore:
         )
         return [
             self._unreplicated()
-            if _written(reply) and not acked
-            else self._reply(reply, wrote=durable if wrote is None else wrote)
+            if written(reply) and not acked
+            else self._reply(reply, wrote=durable)
             for reply, acked in zip(replies, acknowledged, strict=True)
         ]
 
     def _commit_args(self, commit: Commit) -> list[Any]:
-        fields = _fields(commit.record) if commit.record is not None else []
+        fields = record_fields(commit.record) if commit.record is not None else []
         args: list[Any] = [
             commit.epoch,
             self._lease_ms,
@@ -666,12 +385,12 @@ class RedisStore:
         return StoredSession(
             session_id=session_id,
             epoch=int(raw_fields[b"epoch"]),
-            record=_record(raw_fields),
+            record=session_record(raw_fields),
             # redis-py's cluster transaction leaves XRANGE's reply as Redis
             # sent it (a script's shape); its single-node pipeline parses it.
-            events=_script_events(raw_events)
+            events=script_events(raw_events)
             if raw_events and isinstance(raw_events[0][1], list)
-            else _events(raw_events),
+            else stream_events(raw_events),
         )
 
     def acquire(self, session_id: str, expect_token_digest: bytes) -> StoredSession | None:
@@ -687,8 +406,8 @@ class RedisStore:
         return StoredSession(
             session_id=session_id,
             epoch=int(raw_fields[b"epoch"]),
-            record=_record(raw_fields),
-            events=_script_events(raw_events),
+            record=session_record(raw_fields),
+            events=script_events(raw_events),
         )
 
     def renew(self, session_id: str, epoch: int) -> bool:
@@ -743,12 +462,12 @@ class RedisStore:
         if isinstance(reply, BaseException):
             raise reply
         if not isinstance(reply, list):
-            raise _commit_refusal(reply, session_id) or RuntimeError("a fence answered 1")
+            raise commit_refusal(reply, session_id) or RuntimeError("a fence answered 1")
         raw_fields = dict(zip(reply[::2], reply[1::2], strict=True))
         return StoredSession(
             session_id=session_id,
             epoch=int(raw_fields[b"epoch"]),
-            record=_record(raw_fields),
+            record=session_record(raw_fields),
             events=(),
         )
 

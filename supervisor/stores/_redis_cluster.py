@@ -52,6 +52,7 @@ __all__ = [
     "is_cluster_url",
     "nothing_sent",
     "refused_for_replicas",
+    "run_script",
     "send_scripts",
     "where",
 ]
@@ -101,6 +102,34 @@ def refused_for_replicas(error: BaseException) -> bool:
     """A primary with fewer good replicas than its ``min-replicas-to-write``
     refusing a write (NOREPLICAS), before the write changed anything."""
     return isinstance(error, redis.exceptions.ResponseError) and str(error).startswith("NOREPLICAS")
+
+
+def run_script(
+    client: redis.Redis | RedisCluster, script: Any, keys: list[str], args: list[Any]
+) -> Any:
+    """One call of ``script`` (a registered `redis.commands.core.Script`) on
+    its keys' node, by EVALSHA. A node that lacks the script (a restart, a
+    replica just promoted: Redis does not replicate its script cache) runs it
+    by EVAL, routed by the same keys, which also leaves it in that node's
+    cache. Not loaded on "every primary" first: redis-py's `Script` does that
+    and fails whole while one is down, and during a failover the client's map
+    of primaries can miss the promoted one, which then answers NOSCRIPT again.
+
+    On a cluster it goes as a batch does (`send_scripts`), never through
+    redis-py's cluster client, which would send it again after a broken
+    connection: the error is raised instead (a write in doubt)."""
+    if isinstance(client, RedisCluster):
+        for command in (("EVALSHA", script.sha), ("EVAL", script.script)):
+            (reply,), _ = send_scripts(client, command, [(keys, args)], wait_replicas=0, wait_ms=0)
+            if not isinstance(reply, redis.exceptions.NoScriptError):
+                break
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply
+    try:
+        return client.evalsha(script.sha, len(keys), *keys, *args)
+    except redis.exceptions.NoScriptError:  # nothing ran
+        return client.eval(script.script, len(keys), *keys, *args)
 
 
 def is_cluster_url(url: str) -> bool:
