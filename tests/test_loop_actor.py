@@ -30,7 +30,7 @@ from actors._loop_actor import (
 from actors._mailbox import ClosableInbox
 from supervisor import ThreadSessionRegistry, open_asyncio_registry, open_session_registry
 from supervisor._faults import FaultPlan
-from supervisor.doors._outbox import CoalescingPort
+from supervisor.doors._loop_port import CoalescingPort
 from supervisor.testing import Wire
 from tests.helpers import ThreadReply
 
