@@ -241,14 +241,41 @@ class LoopActor(pykka.Actor):
         finally:
             _turns.running = outer
 
-    def _run_turn(self) -> None:
+    def handle_told_now(self, message: Any) -> None:
+        """Handle ``message`` in the caller's stack, then what queued meanwhile.
+
+        Called by an inbox that found this actor started, idle and not
+        stopped, on the loop's thread outside any turn, and marked it
+        scheduled (so nothing else runs it meanwhile) without queueing
+        ``message``: the common awaited call costs no envelope, no queue
+        round trip and no pass through pykka's dispatch (``message`` is one
+        of the library's own, told, never a pykka message or an ``ask``).
+        """
+        _turns.running = True
+        try:
+            try:
+                self.on_receive(message)
+            except Exception:  # noqa: BLE001 - as _handle_envelope: the actor stops
+                self._handle_failure(*sys.exc_info())
+                try:
+                    self.on_failure(*sys.exc_info())
+                except Exception:  # noqa: BLE001 - pykka's rule: logged, the actor stops
+                    self._handle_failure(*sys.exc_info())
+            except BaseException:
+                self._stop()  # as _handle_envelope: the interrupt goes on up
+                raise
+            self._run_turn(THROUGHPUT - 1)
+        finally:
+            _turns.running = False
+
+    def _run_turn(self, budget: int = THROUGHPUT) -> None:
         inbox: LoopInbox = self.actor_inbox  # type: ignore[assignment]
         if not self._started_turns:
             self._started_turns = True
             self._actor_loop_setup()
         # The flag read as a field, not through is_set (two calls per message).
         stopped: StoppedFlag = self.actor_stopped  # type: ignore[assignment]
-        for _ in range(THROUGHPUT):
+        for _ in range(budget):
             if stopped._flag:
                 break
             envelope = inbox.take()
