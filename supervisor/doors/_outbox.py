@@ -185,9 +185,7 @@ class OutboxCore:
         self._activating = isinstance(effect, Activate)
         try:
             if not await self._within_timeout(self._send_frames, effect):
-                raise SendTimeoutError(
-                    f"a send to session {self._session_id} took longer than {self._timeout} s"
-                )
+                raise self._timed_out()
         except BaseException as exc:
             self._discard(delivery)
             if self._propagates(exc):
@@ -197,8 +195,17 @@ class OutboxCore:
             return
         finally:
             self._activating = False
+        self._sent(delivery)
+
+    def _timed_out(self) -> SendTimeoutError:
+        return SendTimeoutError(
+            f"a send to session {self._session_id} took longer than {self._timeout} s"
+        )
+
+    def _sent(self, delivery: Delivery) -> None:
+        """Every frame of ``delivery`` went out: its ``on_accepted``, then its caller."""
         self._discard(delivery)
-        on_delivered = getattr(effect, "on_delivered", None)
+        on_delivered = getattr(delivery.effect, "on_delivered", None)
         if on_delivered is not None:
             try:
                 on_delivered()

@@ -12,7 +12,7 @@ import trio
 
 from actors._commands import Activate, Deliver
 from actors._errors import ActivationAbortedError
-from actors._ports import delivery_frames, settle_dropped
+from actors._ports import Delivery, delivery_frames, settle_dropped
 from supervisor.doors._outbox import OutboxCore
 from supervisor.doors._send_watchdog import ParkedTask, SendWatchdog
 
@@ -28,6 +28,10 @@ class TrioOutbox(OutboxCore):
     when it began: a scope and a deadline per send were a measured cost of
     every awaited send, and a deadline per frame of every replayed frame.
     """
+
+    #: Whether a delivery's frames go out one ``send`` each (`_deliver`'s
+    #: short path); a subclass that sends them its own way says ``False``.
+    _sends_each_frame = True
 
     def __init__(
         self,
@@ -120,6 +124,45 @@ class TrioOutbox(OutboxCore):
         if self._watchdog is not None:
             self.send_began = self._clock.current_time()
 
+    async def _deliver(self, delivery: Delivery) -> None:
+        """`OutboxCore._deliver` for an event's frames without a fault plan
+        (every awaited send): the same steps in one coroutine, where the
+        general path awaits three more per delivery (the timed call, the
+        frames, their generator)."""
+        effect = delivery.effect
+        if self._faults is not None or type(effect) is not Deliver or not self._sends_each_frame:
+            await super()._deliver(delivery)
+            return
+        watchdog, send, timed_out = self._watchdog, self._send, False
+        try:
+            if watchdog is not None:
+                self.send_began = self._clock.current_time()
+                watchdog.watch(self)
+            try:
+                first = True
+                for frame in effect.frames:
+                    if not first and watchdog is not None:
+                        self.send_began = self._clock.current_time()  # a timer per frame
+                    first = False
+                    await send(dict(frame))
+            except trio.Cancelled:
+                scope = self._pump_scope
+                if scope is None or not scope.cancel_called:
+                    raise  # not cut here: the pump itself is being cancelled
+                timed_out = True
+            finally:
+                if watchdog is not None:
+                    watchdog.unwatch(self)
+            if timed_out:
+                raise self._timed_out()
+        except BaseException as exc:  # noqa: BLE001 - the general path's rule on trio
+            # (`_propagates` is False here: a pump being cancelled raises again
+            # at its next checkpoint).
+            self._discard(delivery)
+            self._failed(delivery, exc)
+            return
+        self._sent(delivery)
+
     async def _sleep(self, seconds: float) -> None:
         await trio.sleep(seconds)
 
@@ -143,6 +186,8 @@ class BlockingTrioOutbox(TrioOutbox):
     ran ``send_timeout_s`` (the worker thread is abandoned, still blocked).
     With a fault plan, frames go one hop each, so faults hit the nth send.
     """
+
+    _sends_each_frame = False  # one worker-thread hop per delivery (`_send_frames`)
 
     def __init__(self, *, limiter: trio.CapacityLimiter, **kwargs: Any) -> None:
         blocking_send: Callable[[dict[str, object]], object] = kwargs.pop("send")
