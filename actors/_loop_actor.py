@@ -256,11 +256,7 @@ class LoopActor(pykka.Actor):
             try:
                 self.on_receive(message)
             except Exception:  # noqa: BLE001 - as _handle_envelope: the actor stops
-                self._handle_failure(*sys.exc_info())
-                try:
-                    self.on_failure(*sys.exc_info())
-                except Exception:  # noqa: BLE001 - pykka's rule: logged, the actor stops
-                    self._handle_failure(*sys.exc_info())
+                self._unasked_failure()
             except BaseException:
                 self._stop()  # as _handle_envelope: the interrupt goes on up
                 raise
@@ -300,16 +296,21 @@ class LoopActor(pykka.Actor):
             if reply_to is not None:
                 reply_to.set_exception()
             else:
-                self._handle_failure(*sys.exc_info())
-                try:
-                    self.on_failure(*sys.exc_info())
-                except Exception:  # noqa: BLE001 - pykka's rule: logged, the actor stops
-                    self._handle_failure(*sys.exc_info())
+                self._unasked_failure()
         except BaseException:
             # pykka stops every actor here; a loop must not wait on its own
             # actors, so this one stops and the interrupt goes on up.
             self._stop()
             raise
+
+    def _unasked_failure(self) -> None:
+        """pykka's rule for the exception being handled, nobody asking: logged,
+        ``on_failure`` told, the actor stops."""
+        self._handle_failure(*sys.exc_info())
+        try:
+            self.on_failure(*sys.exc_info())
+        except Exception:  # noqa: BLE001 - pykka's rule: logged, the actor stops
+            self._handle_failure(*sys.exc_info())
 
     def _actor_loop_teardown(self) -> None:
         # pykka's: answer what is left (this inbox is the actor's own).

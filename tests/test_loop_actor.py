@@ -382,16 +382,24 @@ def _held_port() -> tuple[CoalescingPort, list[Any]]:
     return CoalescingPort(drains.append), drains
 
 
+def _session_recorder() -> tuple[
+    CoalescingPort, list[Any], list[Any], SessionMailbox, pykka.ActorRef[_MailboxRecorder]
+]:
+    """A recorder run from a session's mailbox on a held port: the port, its
+    held drains, the log, the mailbox and the recorder's ref."""
+    port, drains = _held_port()
+    log: list[Any] = []
+    mailbox = SessionMailbox("s", _Owner())
+    return port, drains, log, mailbox, _MailboxRecorder.start(port, log, mailbox)
+
+
 def _run_drains(drains: list[Any]) -> None:
     while drains:
         drains.pop(0)()
 
 
 def test_a_message_told_on_the_loop_to_an_idle_session_is_handled_in_the_callers_stack() -> None:
-    port, drains = _held_port()
-    log: list[Any] = []
-    mailbox = SessionMailbox("s", _Owner())
-    ref = _MailboxRecorder.start(port, log, mailbox)
+    _, drains, log, mailbox, ref = _session_recorder()
     mailbox.tell("now")
     assert [m for _, m in log] == ["now"]  # no drain ran: handled inline
     assert drains == []
@@ -400,10 +408,7 @@ def test_a_message_told_on_the_loop_to_an_idle_session_is_handled_in_the_callers
 
 
 def test_a_message_told_on_the_loop_behind_queued_ones_waits_its_turn() -> None:
-    port, drains = _held_port()
-    log: list[Any] = []
-    mailbox = SessionMailbox("s", _Owner())
-    ref = _MailboxRecorder.start(port, log, mailbox)
+    _, drains, log, mailbox, ref = _session_recorder()
 
     # From another thread: queued, and a turn asked of the (held) loop.
     def send() -> None:
@@ -422,10 +427,7 @@ def test_a_message_told_on_the_loop_behind_queued_ones_waits_its_turn() -> None:
 
 
 def test_a_message_told_from_inside_a_turn_is_queued_not_nested() -> None:
-    port, drains = _held_port()
-    log: list[Any] = []
-    mailbox = SessionMailbox("s", _Owner())
-    ref = _MailboxRecorder.start(port, log, mailbox)
+    _, drains, log, mailbox, ref = _session_recorder()
     mailbox.tell("again")
     # Handled in the same turn, after the message that told it, not inside it.
     assert [m for _, m in log] == ["again", "told from inside the turn"]
@@ -435,10 +437,7 @@ def test_a_message_told_from_inside_a_turn_is_queued_not_nested() -> None:
 
 
 def test_a_handler_that_raises_on_a_told_message_stops_its_actor_as_pykka_would() -> None:
-    port, drains = _held_port()
-    log: list[Any] = []
-    mailbox = SessionMailbox("s", _Owner())
-    ref = _MailboxRecorder.start(port, log, mailbox)
+    port, drains, log, mailbox, ref = _session_recorder()
     mailbox.tell("boom")
     assert not ref.is_alive()
     # The mailbox outlives it: a later message waits for a successor.
