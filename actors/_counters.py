@@ -70,6 +70,9 @@ class SessionCounters:
                 self.overflow_errors += 1
             return
         reply = transition.reply
+        if type(reply) is JournalEntry:  # one event, the commonest: no chain below
+            self.events_journaled += 1
+            return
         if isinstance(reply, ResumeResult):
             self.resumes += 1
             self.resumes_with_replay += bool(reply.replay_entries)

@@ -64,14 +64,15 @@ class SessionEffects:
         if transition.error is not None:
             reply.fail(transition.error)
             return
-        if isinstance(transition.reply, ResumeResult) and new_outbox is not None:
+        if new_outbox is not None and isinstance(transition.reply, ResumeResult):
             self._outboxes[transition.reply.attachment_generation] = new_outbox
         answered = False
         for effect in transition.effects:
-            if isinstance(effect, EventAccepted):
-                self._port.submit(effect.callback)
-            elif isinstance(effect, _DELIVERIES):
+            # Distinct types, so the order only saves checks: frames first.
+            if isinstance(effect, _DELIVERIES):
                 answered |= self._post(effect, reply, transition.reply)
+            elif isinstance(effect, EventAccepted):
+                self._port.submit(effect.callback)
             elif isinstance(effect, RetireAttachment):
                 outbox = self._outboxes.pop(effect.attachment_generation, None)
                 if outbox is not None:

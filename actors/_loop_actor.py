@@ -241,14 +241,37 @@ class LoopActor(pykka.Actor):
         finally:
             _turns.running = outer
 
-    def _run_turn(self) -> None:
+    def handle_told_now(self, message: Any) -> None:
+        """Handle ``message`` in the caller's stack, then what queued meanwhile.
+
+        Called by an inbox that found this actor started, idle and not
+        stopped, on the loop's thread outside any turn, and marked it
+        scheduled (so nothing else runs it meanwhile) without queueing
+        ``message``: the common awaited call costs no envelope, no queue
+        round trip and no pass through pykka's dispatch (``message`` is one
+        of the library's own, told, never a pykka message or an ``ask``).
+        """
+        _turns.running = True
+        try:
+            try:
+                self.on_receive(message)
+            except Exception:  # noqa: BLE001 - as _handle_envelope: the actor stops
+                self._unasked_failure()
+            except BaseException:
+                self._stop()  # as _handle_envelope: the interrupt goes on up
+                raise
+            self._run_turn(THROUGHPUT - 1)
+        finally:
+            _turns.running = False
+
+    def _run_turn(self, budget: int = THROUGHPUT) -> None:
         inbox: LoopInbox = self.actor_inbox  # type: ignore[assignment]
         if not self._started_turns:
             self._started_turns = True
             self._actor_loop_setup()
         # The flag read as a field, not through is_set (two calls per message).
         stopped: StoppedFlag = self.actor_stopped  # type: ignore[assignment]
-        for _ in range(THROUGHPUT):
+        for _ in range(budget):
             if stopped._flag:
                 break
             envelope = inbox.take()
@@ -273,16 +296,21 @@ class LoopActor(pykka.Actor):
             if reply_to is not None:
                 reply_to.set_exception()
             else:
-                self._handle_failure(*sys.exc_info())
-                try:
-                    self.on_failure(*sys.exc_info())
-                except Exception:  # noqa: BLE001 - pykka's rule: logged, the actor stops
-                    self._handle_failure(*sys.exc_info())
+                self._unasked_failure()
         except BaseException:
             # pykka stops every actor here; a loop must not wait on its own
             # actors, so this one stops and the interrupt goes on up.
             self._stop()
             raise
+
+    def _unasked_failure(self) -> None:
+        """pykka's rule for the exception being handled, nobody asking: logged,
+        ``on_failure`` told, the actor stops."""
+        self._handle_failure(*sys.exc_info())
+        try:
+            self.on_failure(*sys.exc_info())
+        except Exception:  # noqa: BLE001 - pykka's rule: logged, the actor stops
+            self._handle_failure(*sys.exc_info())
 
     def _actor_loop_teardown(self) -> None:
         # pykka's: answer what is left (this inbox is the actor's own).

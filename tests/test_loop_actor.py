@@ -27,10 +27,10 @@ from actors._loop_actor import (
     enter_loop_thread,
     leave_loop_thread,
 )
-from actors._mailbox import ClosableInbox
+from actors._mailbox import ClosableInbox, SessionMailbox
 from supervisor import ThreadSessionRegistry, open_asyncio_registry, open_session_registry
 from supervisor._faults import FaultPlan
-from supervisor.doors._outbox import CoalescingPort
+from supervisor.doors._loop_port import CoalescingPort
 from supervisor.testing import Wire
 from tests.helpers import ThreadReply
 
@@ -346,3 +346,105 @@ async def test_a_stopped_actors_ref_says_it_is_dead() -> None:
         while ref.is_alive():
             await trio.sleep(0)
     ref.actor_stopped.wait(LIMIT)  # set: returns at once, no condition made to wait
+
+
+class _Owner:
+    """A `SessionMailboxOwner` that never parks anything."""
+
+    def __init__(self) -> None:
+        self.mailbox_lock = threading.Lock()
+
+    def wake(self, mailbox: SessionMailbox) -> None:
+        raise AssertionError("nothing here parks")
+
+
+class _MailboxRecorder(_Recorder):
+    """A recorder run from a `SessionMailbox`; on ``"again"`` it tells itself once more."""
+
+    def __init__(self, port: CoalescingPort, log: list[Any], mailbox: SessionMailbox) -> None:
+        self.mailbox = mailbox
+        super().__init__(port, log)
+
+    def _create_actor_inbox(self) -> Any:  # type: ignore[override]
+        return self.mailbox
+
+    def on_receive(self, message: Any) -> Any:
+        if message == "boom":
+            raise ValueError("a handler's bug")
+        if message == "again":
+            self.mailbox.tell("told from inside the turn")
+        return super().on_receive(message)
+
+
+def _held_port() -> tuple[CoalescingPort, list[Any]]:
+    """A port on this thread whose drains wait in a list until the test runs them."""
+    drains: list[Any] = []
+    return CoalescingPort(drains.append), drains
+
+
+def _session_recorder() -> tuple[
+    CoalescingPort, list[Any], list[Any], SessionMailbox, pykka.ActorRef[_MailboxRecorder]
+]:
+    """A recorder run from a session's mailbox on a held port: the port, its
+    held drains, the log, the mailbox and the recorder's ref."""
+    port, drains = _held_port()
+    log: list[Any] = []
+    mailbox = SessionMailbox("s", _Owner())
+    return port, drains, log, mailbox, _MailboxRecorder.start(port, log, mailbox)
+
+
+def _run_drains(drains: list[Any]) -> None:
+    while drains:
+        drains.pop(0)()
+
+
+def test_a_message_told_on_the_loop_to_an_idle_session_is_handled_in_the_callers_stack() -> None:
+    _, drains, log, mailbox, ref = _session_recorder()
+    mailbox.tell("now")
+    assert [m for _, m in log] == ["now"]  # no drain ran: handled inline
+    assert drains == []
+    ref.stop(block=False)
+    _run_drains(drains)
+
+
+def test_a_message_told_on_the_loop_behind_queued_ones_waits_its_turn() -> None:
+    _, drains, log, mailbox, ref = _session_recorder()
+
+    # From another thread: queued, and a turn asked of the (held) loop.
+    def send() -> None:
+        for n in (1, 2):
+            mailbox.tell(n)
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    sender.join()
+    mailbox.tell("after them")
+    assert log == []  # not run ahead of the queued ones
+    _run_drains(drains)
+    assert [m for _, m in log] == [1, 2, "after them"]
+    ref.stop(block=False)
+    _run_drains(drains)
+
+
+def test_a_message_told_from_inside_a_turn_is_queued_not_nested() -> None:
+    _, drains, log, mailbox, ref = _session_recorder()
+    mailbox.tell("again")
+    # Handled in the same turn, after the message that told it, not inside it.
+    assert [m for _, m in log] == ["again", "told from inside the turn"]
+    assert ref.proxy().nested.get() == 0
+    ref.stop(block=False)
+    _run_drains(drains)
+
+
+def test_a_handler_that_raises_on_a_told_message_stops_its_actor_as_pykka_would() -> None:
+    port, drains, log, mailbox, ref = _session_recorder()
+    mailbox.tell("boom")
+    assert not ref.is_alive()
+    # The mailbox outlives it: a later message waits for a successor.
+    mailbox.tell("later")
+    assert log == []
+    successor = _MailboxRecorder.start(port, log, mailbox)
+    _run_drains(drains)
+    assert [m for _, m in log] == ["later"]
+    successor.stop(block=False)
+    _run_drains(drains)

@@ -9,7 +9,7 @@ from collections import Counter
 
 import trio
 
-from supervisor.doors._outbox import CoalescingPort
+from supervisor.doors._loop_port import CoalescingPort
 from supervisor.doors._trio import LocalDrain
 from supervisor.testing import FakeClock
 from tests.trio_support import LIMIT, TokenCatcher, Wire, registry

@@ -25,7 +25,8 @@ from actors._ports import NO_WAITER
 from supervisor._options import RegistryOptions, RegistryOptionsDict
 from supervisor.doors._door import AsyncSessionRegistry
 from supervisor.doors._door_calls import LoopReply
-from supervisor.doors._outbox import AsyncioOutbox, CoalescingPort, OutboxCore
+from supervisor.doors._loop_port import CoalescingPort
+from supervisor.doors._outbox import AsyncioOutbox, OutboxCore
 
 __all__ = ["AsyncioSessionRegistry", "open_session_registry"]
 

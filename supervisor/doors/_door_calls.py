@@ -18,7 +18,7 @@ from typing import Any
 from actors._commands import Command, LifecycleEvent, SendEvent, SendEvents
 from actors._ports import NoWaiter
 from supervisor._system import SessionSystem
-from supervisor.doors._outbox import CoalescingPort
+from supervisor.doors._loop_port import CoalescingPort
 
 __all__ = ["LoopReply", "SessionCalls", "report_refused"]
 

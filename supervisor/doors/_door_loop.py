@@ -27,7 +27,8 @@ from actors._errors import RegistryClosedError, SessionCrashedError, SessionErro
 from supervisor._options import RegistryOptions
 from supervisor._system import SessionSystem
 from supervisor.doors._door_calls import LoopReply, SessionCalls, report_refused
-from supervisor.doors._outbox import CoalescingPort, OutboxCore
+from supervisor.doors._loop_port import CoalescingPort
+from supervisor.doors._outbox import OutboxCore
 
 __all__ = ["LoopDoor"]
 

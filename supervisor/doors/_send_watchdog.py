@@ -87,7 +87,9 @@ class SendWatchdog:
         """``send`` began (its ``send_began`` is stamped)."""
         self._sending[send] = None
         self._recent = True
-        self._idle.wake()
+        idle = self._idle
+        if idle._task is not None:  # a wake-up only when it waits (a call per send less)
+            idle.wake()
 
     def unwatch(self, send: TimedSend) -> None:
         """``send`` ended, however."""

@@ -19,7 +19,8 @@ from actors._commands import Command
 from actors._errors import RegistryClosedError, SessionError
 from supervisor._options import RegistryOptions
 from supervisor.doors._door_calls import LoopReply
-from supervisor.doors._outbox import BlockingTrioOutbox, CoalescingPort, TrioOutbox
+from supervisor.doors._loop_port import CoalescingPort
+from supervisor.doors._outbox_trio import BlockingTrioOutbox, TrioOutbox
 from supervisor.doors._trio import TrioSessionRegistry
 
 __all__ = ["HostedTrioRegistry", "ThreadReply"]

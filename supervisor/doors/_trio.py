@@ -27,7 +27,9 @@ from actors._ports import NO_WAITER
 from supervisor._options import RegistryOptions, RegistryOptionsDict
 from supervisor.doors._door import AsyncSessionRegistry
 from supervisor.doors._door_calls import LoopReply
-from supervisor.doors._outbox import CoalescingPort, OutboxCore, TrioOutbox
+from supervisor.doors._loop_port import CoalescingPort
+from supervisor.doors._outbox import OutboxCore
+from supervisor.doors._outbox_trio import TrioOutbox
 from supervisor.doors._send_watchdog import ParkedTask, SendWatchdog
 
 __all__ = ["TrioSessionRegistry", "open_session_registry", "serve_registry"]
