@@ -262,6 +262,18 @@ class ServerWebSocket:
         self._aborted = False
         #: Set once closed either way; what receive and send raise.
         self.closed: WebSocketClosedError | None = None
+        # `send_now`'s socket (plain TCP only: TLS records are written by
+        # trio's SSLStream) and the nursery that finishes a message the
+        # socket took in part; None until `send_now_in`.
+        self._plain: trio.socket.SocketType | None = None
+        self._finishers: trio.Nursery | None = None
+
+    def send_now_in(self, nursery: trio.Nursery) -> None:
+        """Let `send_now` write at once; a message the socket takes only in
+        part is finished by a task in ``nursery`` (the connection's)."""
+        if isinstance(self._stream, trio.SocketStream):
+            self._plain = self._stream.socket
+            self._finishers = nursery
 
     # -- the reader task ---------------------------------------------------------------
 
@@ -377,6 +389,70 @@ class ServerWebSocket:
         if self.closed is not None:
             raise self.closed
         await self._send_event(TextMessage(data=text))
+
+    def send_now(self, text: str) -> bool:
+        """Write a text message in the caller's own step, without a checkpoint;
+        ``False`` (nothing written) when that cannot be done at once: another
+        send holds the socket, the socket's buffer is full, the connection is
+        closing, or it is TLS. Then `send` must be awaited for it.
+
+        A lone frame written by ``send`` costs its sender a trio checkpoint
+        (a task switch) after the write; the gateway's outbox writes a lone
+        event here instead, in the step of the engine that sent it. The
+        socket may take a message in part: the rest is then sent by a task
+        of the connection holding the send gate, so nothing overtakes it.
+        """
+        sock = self._plain
+        if sock is None or self.closed is not None or not self._send_gate.try_enter():
+            return False
+        try:
+            fd = sock.fileno()
+            if fd < 0:
+                return self._not_now()
+            try:
+                data = self._frames.send(TextMessage(data=text))
+            except LocalProtocolError:
+                return self._not_now()
+            try:
+                written = os.write(fd, data)
+            except OSError:
+                # Full (nothing written), or the peer is gone: `send` finds out.
+                return self._not_now()
+            if written < len(data):
+                self._finish_later(data[written:])
+                return True
+        except BaseException:
+            self._send_gate.release()
+            raise
+        self._send_gate.release()
+        return True
+
+    def _not_now(self) -> bool:
+        self._send_gate.release()
+        return False
+
+    def _finish_later(self, rest: bytes) -> None:
+        """The socket took a message in part: a task sends the rest, keeping the gate."""
+        assert self._finishers is not None  # noqa: S101 - set with _plain
+        try:
+            self._finishers.start_soon(self._finish, rest)
+        except RuntimeError:  # the connection's nursery has closed: it is over
+            self._aborted = True
+            self._mark_closed(ABNORMAL, "peer gone")
+            self._send_gate.release()
+
+    async def _finish(self, rest: bytes) -> None:
+        try:
+            await self._stream.send_all(rest)
+        except STREAM_ERRORS:
+            self._aborted = True
+            self._mark_closed(ABNORMAL, "peer gone")
+        except BaseException:
+            self._aborted = True
+            self._mark_closed(ABNORMAL, "send cancelled")
+            raise
+        finally:
+            self._send_gate.release()
 
     async def receive(self) -> str | bytes:
         try:
