@@ -16,7 +16,8 @@ import trio.testing
 from wsproto.connection import Connection, ConnectionType
 from wsproto.events import TextMessage
 
-from supervisor.gateway._websocket import ServerWebSocket
+from supervisor.gateway._protocol import frame_text
+from supervisor.gateway._websocket import ServerWebSocket, text_frame
 from tests.trio_support import LIMIT, Wire, registry
 
 
@@ -26,6 +27,8 @@ class NowWire(Wire):
     def __init__(self) -> None:
         super().__init__()
         self.now: list[dict[str, object]] = []
+        #: The journal's JSON handed along with each frame ``send_now`` took.
+        self.encoded: list[bytes | None] = []
         self.declining = False
 
     @property
@@ -40,10 +43,11 @@ class NowSend:
     async def __call__(self, frame: dict[str, object]) -> None:
         await self._wire.send(frame)
 
-    def send_now(self, frame: dict[str, object]) -> bool:
+    def send_now(self, frame: dict[str, object], encoded: bytes | None) -> bool:
         if self._wire.declining:
             return False
         self._wire.now.append(frame)
+        self._wire.encoded.append(encoded)
         return True
 
 
@@ -61,6 +65,8 @@ async def test_a_lone_event_is_written_by_send_now_in_its_senders_step() -> None
             assert entry.sequence == 1
             assert _seqs(wire.now) == [1]
             assert wire.frames == []  # the pump's awaited send was never used
+            # The journal's JSON of the frame, as the gateway would write it.
+            assert wire.encoded == [frame_text(wire.now[0]).encode()]
 
 
 async def test_a_declined_send_now_goes_the_pumps_way() -> None:
@@ -146,16 +152,23 @@ async def test_a_frame_the_socket_takes_in_part_is_finished_before_the_next() ->
         big = "x" * 500_000
         async with trio.open_nursery() as nursery:
             ws.send_now_in(nursery)
-            assert ws.send_now("first")
-            assert ws.send_now(big)  # far more than the socket's buffers hold
-            assert not ws.send_now("second")  # the rest of ``big`` is still going
+            assert ws.send_now(b"first")
+            assert ws.send_now(big.encode())  # far more than the socket's buffers hold
+            assert not ws.send_now(b"second")  # the rest of ``big`` is still going
             nursery.start_soon(ws.send, "third")
             assert await reader.messages(3) == ["first", big, "third"]
             await trio.testing.wait_all_tasks_blocked()
-            assert ws.send_now("fourth")
+            assert ws.send_now(b"fourth")
             assert await reader.messages(1) == ["fourth"]
         stream.socket.close()
         client_sock.close()
+
+
+def test_a_text_frame_is_what_wsproto_writes() -> None:
+    for size in (0, 1, 125, 126, 65_535, 65_536, 70_000):
+        text = "é" * (size // 2) + "x" * (size % 2)
+        wsproto_frame = Connection(ConnectionType.SERVER).send(TextMessage(data=text))
+        assert text_frame(text.encode()) == wsproto_frame
 
 
 async def test_send_now_declines_without_a_nursery_or_once_closed() -> None:
@@ -168,9 +181,9 @@ async def test_send_now_declines_without_a_nursery_or_once_closed() -> None:
             max_message_bytes=1 << 20,
             close_timeout_s=0.1,
         )
-        assert not ws.send_now("before send_now_in")
+        assert not ws.send_now(b"before send_now_in")
         async with trio.open_nursery() as nursery:
             ws.send_now_in(nursery)
             await ws.abort()
-            assert not ws.send_now("after the abort")
+            assert not ws.send_now(b"after the abort")
         client_sock.close()

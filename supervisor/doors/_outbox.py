@@ -149,9 +149,9 @@ class OutboxCore:
         # The reason of a retire queued on the loop (`_retire_queued`).
         self._retiring: str | None = None
         self.finished = False
-        # A transport's ``send.send_now(frame) -> bool``, if it has one (and
-        # no fault plan numbers the sends): see `_sent_at_once`.
-        self._send_now: Callable[[dict[str, object]], bool] | None = (
+        # A transport's ``send.send_now(frame, encoded) -> bool``, if it has
+        # one (and no fault plan numbers the sends): see `_sent_at_once`.
+        self._send_now: Callable[[dict[str, object], bytes | None], bool] | None = (
             getattr(send, "send_now", None) if faults is None else None
         )
 
@@ -243,11 +243,13 @@ class OutboxCore:
         A pump's send costs a task switch to the pump, the transport's
         checkpoint, and one back to the waiting caller: most of the gateway's
         cost per event beyond the floor's, and a scheduler pass of latency.
-        ``send_now`` must write the whole frame or nothing, never wait and
-        never raise (a frame it could write only in part, it finishes itself
-        before any later send); with nothing pending the pump sends nothing,
-        so order holds. An ``on_delivered`` callback runs in the pump, never in
-        the actor turn that posted its delivery.
+        ``send_now(frame, encoded)`` (``encoded``: the frame's compact JSON
+        if the journal made it, else ``None``) must take the whole frame or
+        write nothing, never wait and never raise (a frame it could write
+        only in part, it finishes itself before any later send); with nothing
+        pending the pump sends nothing, so order holds. An ``on_delivered``
+        callback runs in the pump, never in the actor turn that posted its
+        delivery.
         """
         effect = delivery.effect
         send_now = self._send_now
@@ -256,7 +258,7 @@ class OutboxCore:
             or not isinstance(effect, Deliver)
             or effect.on_delivered is not None
             or len(effect.frames) != 1
-            or not send_now(dict(effect.frames[0]))
+            or not send_now(dict(effect.frames[0]), effect.encoded[0] if effect.encoded else None)
         ):
             return False
         settle_delivered(delivery)

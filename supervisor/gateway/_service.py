@@ -521,7 +521,7 @@ class _SocketSend:
     def __init__(self, service: GatewayService, ws: Transport) -> None:
         self._service = service
         self._ws = ws
-        self._ws_send_now: Callable[[str], bool] | None = getattr(ws, "send_now", None)
+        self._ws_send_now: Callable[[bytes], bool] | None = getattr(ws, "send_now", None)
         self.send_now = self._send_now if self._ws_send_now is not None else None
 
     async def __call__(self, frame: Mapping[str, object]) -> None:
@@ -537,11 +537,14 @@ class _SocketSend:
         service.frames_delivered += 1
         service.metrics.send_latency.observe(time.perf_counter() - started)
 
-    def _send_now(self, frame: Mapping[str, object]) -> bool:
-        """``frame`` written at once, or ``False``: nothing written (await the send)."""
+    def _send_now(self, frame: Mapping[str, object], encoded: bytes | None) -> bool:
+        """``frame`` written at once, or ``False``: nothing written (await the send).
+        ``encoded``: the journal's compact JSON of it, which is `frame_text`'s
+        (the same encoder options), so the frame is not encoded again."""
         assert self._ws_send_now is not None  # noqa: S101 - set only with it
         started = time.perf_counter()
-        if not self._ws_send_now(frame_text(frame)):
+        text = encoded if encoded is not None else frame_text(frame).encode()
+        if not self._ws_send_now(text):
             return False
         service = self._service
         service.frames_delivered += 1
