@@ -10,13 +10,20 @@ takes only in part is finished before anything that follows it.
 from __future__ import annotations
 
 import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from types import SimpleNamespace
+from typing import Any
 
 import trio
 import trio.testing
+from prometheus_client import Histogram
 from wsproto.connection import Connection, ConnectionType
 from wsproto.events import TextMessage
 
+from supervisor.doors._trio import TrioSessionRegistry
 from supervisor.gateway._protocol import frame_text
+from supervisor.gateway._service import _SocketSend
 from supervisor.gateway._websocket import ServerWebSocket, text_frame
 from tests.trio_support import LIMIT, Wire, registry
 
@@ -51,15 +58,22 @@ class NowSend:
         return True
 
 
+@asynccontextmanager
+async def attached() -> AsyncIterator[tuple[TrioSessionRegistry, NowWire]]:
+    """A registry with session ``s`` attached to a `NowWire`."""
+    async with registry() as reg:
+        wire = NowWire()
+        await reg.create("s", send=wire.transport, close=wire.close)
+        yield reg, wire
+
+
 def _seqs(frames: list[dict[str, object]]) -> list[object]:
     return [f.get("server_event_seq") for f in frames]
 
 
 async def test_a_lone_event_is_written_by_send_now_in_its_senders_step() -> None:
     with trio.fail_after(LIMIT):
-        async with registry() as reg:
-            wire = NowWire()
-            await reg.create("s", send=wire.transport, close=wire.close)
+        async with attached() as (reg, wire):
             entry = await reg.send_event("s", {"n": 1})
             assert entry is not None
             assert entry.sequence == 1
@@ -71,9 +85,7 @@ async def test_a_lone_event_is_written_by_send_now_in_its_senders_step() -> None
 
 async def test_a_declined_send_now_goes_the_pumps_way() -> None:
     with trio.fail_after(LIMIT):
-        async with registry() as reg:
-            wire = NowWire()
-            await reg.create("s", send=wire.transport, close=wire.close)
+        async with attached() as (reg, wire):
             wire.declining = True
             await reg.send_event("s", {"n": 1})
             wire.declining = False
@@ -84,9 +96,7 @@ async def test_a_declined_send_now_goes_the_pumps_way() -> None:
 
 async def test_an_event_behind_a_pending_send_waits_for_it() -> None:
     with trio.fail_after(LIMIT):
-        async with registry() as reg:
-            wire = NowWire()
-            await reg.create("s", send=wire.transport, close=wire.close)
+        async with attached() as (reg, wire):
             wire.declining = True
             gate = wire.hold(1)
             async with trio.open_nursery() as nursery:
@@ -102,9 +112,7 @@ async def test_an_event_behind_a_pending_send_waits_for_it() -> None:
 
 async def test_an_unjournaled_events_on_accepted_runs_in_the_pump() -> None:
     with trio.fail_after(LIMIT):
-        async with registry() as reg:
-            wire = NowWire()
-            await reg.create("s", send=wire.transport, close=wire.close)
+        async with attached() as (reg, wire):
             accepted: list[int] = []
             await reg.send_event(
                 "s", {"n": 1}, journal=False, on_accepted=lambda: accepted.append(1)
@@ -187,3 +195,49 @@ async def test_send_now_declines_without_a_nursery_or_once_closed() -> None:
             await ws.abort()
             assert not ws.send_now(b"after the abort")
         client_sock.close()
+
+
+class FakeSocket:
+    """A shell's socket with or without ``send_now``."""
+
+    def __init__(self, *, taking: bool) -> None:
+        self.taking = taking
+        self.written: list[bytes] = []
+
+    def send_now(self, text: bytes) -> bool:
+        if self.taking:
+            self.written.append(text)
+        return self.taking
+
+
+def _service() -> Any:
+    return SimpleNamespace(
+        frames_delivered=0,
+        sends_in_progress=0,
+        metrics=SimpleNamespace(send_latency=Histogram("latency", "", registry=None)),
+    )
+
+
+def test_the_gateways_send_writes_the_journals_json_and_counts_it() -> None:
+    service = _service()
+    socket_ = FakeSocket(taking=True)
+    send = _SocketSend(service, socket_)  # type: ignore[arg-type]
+    assert send.send_now is not None
+    frame = {"type": "x", "server_event_seq": 1}
+    assert send.send_now(frame, b'{"type":"x","server_event_seq":1}')
+    assert socket_.written == [b'{"type":"x","server_event_seq":1}']
+    assert service.frames_delivered == 1
+    # Unjournaled (no JSON made yet), or a full socket: the pump's way, uncounted.
+    assert not send.send_now(frame, None)
+    socket_.taking = False
+    assert not send.send_now(frame, b"{}")
+    assert service.frames_delivered == 1
+    assert socket_.written == [b'{"type":"x","server_event_seq":1}']
+
+
+def test_the_gateways_send_has_no_send_now_without_the_sockets() -> None:
+    class Plain:
+        async def send(self, text: str) -> None:
+            return None
+
+    assert _SocketSend(_service(), Plain()).send_now is None  # type: ignore[arg-type]

@@ -539,12 +539,17 @@ class _SocketSend:
 
     def _send_now(self, frame: Mapping[str, object], encoded: bytes | None) -> bool:
         """``frame`` written at once, or ``False``: nothing written (await the send).
-        ``encoded``: the journal's compact JSON of it, which is `frame_text`'s
-        (the same encoder options), so the frame is not encoded again."""
+
+        ``encoded``: the journal's compact JSON of the frame, which is
+        `frame_text`'s (the same encoder options), so nothing is encoded here,
+        in the session's turn. An unjournaled frame (``None``) goes the
+        pump's way: a payload that is no JSON fails its send there, as an
+        answer to its caller."""
         assert self._ws_send_now is not None  # noqa: S101 - set only with it
+        if encoded is None:
+            return False
         started = time.perf_counter()
-        text = encoded if encoded is not None else frame_text(frame).encode()
-        if not self._ws_send_now(text):
+        if not self._ws_send_now(encoded):
             return False
         service = self._service
         service.frames_delivered += 1
