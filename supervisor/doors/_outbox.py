@@ -6,7 +6,9 @@ post onto the loop (many posts, one wake-up while the loop is busy); one pump
 task per outbox (on trio, started by its first delivery) sends the frames,
 in order, through the transport's async ``send`` and settles every
 delivery: the waiting caller gets its value or the send's exception; an
-activation reports its outcome to the session first.
+activation reports its outcome to the session first. A transport whose
+``send`` has a ``send_now`` (the gateway's trio shell) is handed a lone
+one-frame event at once instead, in the poster's step (`OutboxCore._sent_at_once`).
 
 The delivery logic is written once, as coroutines that await only what the
 loop-specific subclass supplies (park/wake, a timed call, sleeping), so the
