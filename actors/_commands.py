@@ -360,12 +360,16 @@ class Deliver:
     ``awaited``: the command's caller gets its reply only once these frames'
     sends finished (and the send's error if one failed). ``on_delivered``
     runs after a successful send: an unjournaled event's ``on_accepted``.
+    ``encoded``: each frame's compact JSON (UTF-8) when the journal already
+    made it (a journaled event's), else empty: a transport that writes JSON
+    text need not encode the frame again.
     """
 
     attachment_generation: int
     frames: tuple[Mapping[str, object], ...] = field(repr=False)
     awaited: bool = True
     on_delivered: Callable[[], None] | None = local(None)
+    encoded: tuple[bytes, ...] = field(default=(), repr=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -5,7 +5,8 @@ frames go to the outbox of the attachment generation they are for, in order;
 ``on_accepted`` callbacks to the registry's loop; lifecycle events to the
 observer; and the reply goes to the caller, at once or (for frames the caller
 waits on, an activation) by the outbox once the frames are sent. Nothing here
-does I/O: an outbox sends on its own loop.
+does I/O: an outbox sends on its own loop (one whose transport has
+``send_now`` writes a lone frame in this call, never waiting).
 """
 
 from __future__ import annotations

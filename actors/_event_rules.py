@@ -26,7 +26,11 @@ class EventRules(StateCore):
                 self._effects.append(EventAccepted(callback=command.on_accepted))
             if attachment is not None:
                 self._effects.append(
-                    Deliver(attachment_generation=attachment.generation, frames=(frame,))
+                    Deliver(
+                        attachment_generation=attachment.generation,
+                        frames=(frame,),
+                        encoded=(entry.encoded,),
+                    )
                 )
             self._failpoint("send_event.effects")
             return entry

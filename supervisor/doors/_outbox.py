@@ -6,7 +6,9 @@ each post onto the loop (many posts, one wake-up while the loop is busy); one
 pump task per outbox (on trio, started by its first delivery) sends the
 frames, in order, through the transport's async ``send`` and settles every
 delivery: the waiting caller gets its value or the send's exception; an
-activation reports its outcome to the session first.
+activation reports its outcome to the session first. A transport whose
+``send`` has a ``send_now`` (the gateway's trio shell) is handed a lone
+one-frame event at once instead, in the poster's step (`OutboxCore._sent_at_once`).
 
 The delivery logic is written once here (`OutboxCore`), as coroutines that
 await only what the loop-specific subclass supplies (park/wake, a timed
@@ -78,6 +80,11 @@ class OutboxCore:
         # The reason of a retire queued on the loop (`_retire_queued`).
         self._retiring: str | None = None
         self.finished = False
+        # A transport's ``send.send_now(frame, encoded) -> bool``, if it has
+        # one (and no fault plan numbers the sends): see `_sent_at_once`.
+        self._send_now: Callable[[dict[str, object], bytes | None], bool] | None = (
+            getattr(send, "send_now", None) if faults is None else None
+        )
 
     # -- any thread ------------------------------------------------------------------
 
@@ -151,11 +158,42 @@ class OutboxCore:
             settle_dropped(delivery, self._retired)
         elif self._aborted and isinstance(delivery.effect, Activate):
             settle_failed(delivery, ActivationAbortedError("the resume's caller was cancelled"))
+        elif not self._pending and self._send_now is not None and self._sent_at_once(delivery):
+            return
         else:
             if self._pending is None:
                 self._pending = deque()
             self._pending.append(delivery)
             self._wake()
+
+    def _sent_at_once(self, delivery: Delivery) -> bool:
+        """A lone one-frame event with nothing before it, written by the
+        transport's ``send_now`` in the poster's step and settled there;
+        ``False``: nothing was written, it goes the pump's way.
+
+        A pump's send costs a task switch to the pump, the transport's
+        checkpoint, and one back to the waiting caller: most of the gateway's
+        cost per event beyond the floor's, and a scheduler pass of latency.
+        ``send_now(frame, encoded)`` (``encoded``: the frame's compact JSON
+        if the journal made it, else ``None``) must take the whole frame or
+        write nothing, never wait and never raise (a frame it could write
+        only in part, it finishes itself before any later send); with nothing
+        pending the pump sends nothing, so order holds. An ``on_delivered``
+        callback runs in the pump, never in the actor turn that posted its
+        delivery.
+        """
+        effect = delivery.effect
+        send_now = self._send_now
+        if (
+            send_now is None
+            or not isinstance(effect, Deliver)
+            or effect.on_delivered is not None
+            or len(effect.frames) != 1
+            or not send_now(dict(effect.frames[0]), effect.encoded[0] if effect.encoded else None)
+        ):
+            return False
+        settle_delivered(delivery)
+        return True
 
     async def run(self) -> None:
         """The pump: send, in order, until retired."""

@@ -66,6 +66,17 @@ class SendGate:
     async def __aexit__(self, *exc_info: object) -> None:
         self._release()
 
+    def try_enter(self) -> bool:
+        """Take the gate if it is free, without waiting; `release` gives it back."""
+        if self._busy:
+            return False
+        self._busy = True
+        return True
+
+    def release(self) -> None:
+        """Give back a gate taken with `try_enter` (to the next waiter, if any)."""
+        self._release()
+
     def _release(self) -> None:
         if self._waiters:
             self._waiters.popleft().set()

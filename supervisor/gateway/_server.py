@@ -132,6 +132,7 @@ class Gateway:
                 if upgraded is not None:
                     ws, handshake = upgraded
                     nursery.start_soon(ws.run_reader)
+                    ws.send_now_in(nursery)
                     await self._attached(ws, handshake)
                 nursery.cancel_scope.cancel()
         except* (WebSocketClosedError, UpgradeRefusedError, *STREAM_ERRORS):

@@ -21,6 +21,7 @@ import base64
 import contextlib
 import hashlib
 import os
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -55,6 +56,8 @@ _GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 #: Errors a stream raises when its peer is gone or it was closed under us.
 STREAM_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 ABNORMAL = 1006
+_MEDIUM_HEADER = struct.Struct("!BBH")
+_LONG_HEADER = struct.Struct("!BBQ")
 MESSAGE_TOO_BIG = 1009
 #: An upgrade request (request line and headers) larger than this is refused 431.
 MAX_REQUEST_BYTES = 16_384
@@ -85,6 +88,22 @@ class Upgrade:
     headers: dict[bytes, bytes]
     key: bytes
     http: h11.Connection
+
+
+def text_frame(text: bytes) -> bytes:
+    """One unfragmented, unmasked text frame (RFC 6455 5.2) of UTF-8 ``text``.
+
+    What wsproto's ``send(TextMessage(...))`` writes for a server without
+    extensions (none is negotiated here), at a fraction of its cost per
+    frame: a whole message leaves no state behind in wsproto, whose state is
+    still what the close handshake and control frames go through.
+    """
+    n = len(text)
+    if n < 126:
+        return bytes((0x81, n)) + text
+    if n < 65_536:
+        return _MEDIUM_HEADER.pack(0x81, 126, n) + text
+    return _LONG_HEADER.pack(0x81, 127, n) + text
 
 
 async def _send_all(stream: trio.abc.Stream, data: bytes) -> None:
@@ -262,6 +281,18 @@ class ServerWebSocket:
         self._aborted = False
         #: Set once closed either way; what receive and send raise.
         self.closed: WebSocketClosedError | None = None
+        # `send_now`'s socket (plain TCP only: TLS records are written by
+        # trio's SSLStream) and the nursery that finishes a message the
+        # socket took in part; None until `send_now_in`.
+        self._plain: trio.socket.SocketType | None = None
+        self._finishers: trio.Nursery | None = None
+
+    def send_now_in(self, nursery: trio.Nursery) -> None:
+        """Let `send_now` write at once; a message the socket takes only in
+        part is finished by a task in ``nursery`` (the connection's)."""
+        if isinstance(self._stream, trio.SocketStream):
+            self._plain = self._stream.socket
+            self._finishers = nursery
 
     # -- the reader task ---------------------------------------------------------------
 
@@ -351,8 +382,11 @@ class ServerWebSocket:
             if self._aborted:
                 raise self._closed_error()
             try:
-                # Built under the lock: frames leave in the order wsproto made them.
-                data = self._frames.send(event)
+                # Built under the lock: frames leave in the order they were made.
+                if isinstance(event, TextMessage) and self._frames.state is ConnectionState.OPEN:
+                    data = text_frame(event.data.encode())
+                else:
+                    data = self._frames.send(event)
             except LocalProtocolError:
                 raise self._closed_error() from None
             try:
@@ -377,6 +411,68 @@ class ServerWebSocket:
         if self.closed is not None:
             raise self.closed
         await self._send_event(TextMessage(data=text))
+
+    def send_now(self, text: bytes) -> bool:
+        """Write a text message (``text``: its UTF-8) in the caller's own
+        step, without a checkpoint; ``False`` (nothing written) when that
+        cannot be done at once: another send holds the socket, the socket's
+        buffer is full, the connection is closing, or it is TLS. Then `send`
+        must be awaited for it.
+
+        A lone frame written by ``send`` costs its sender a trio checkpoint
+        (a task switch) after the write; the gateway's outbox writes a lone
+        event here instead, in the step of the engine that sent it. The
+        socket may take a message in part: the rest is then sent by a task
+        of the connection holding the send gate, so nothing overtakes it.
+        """
+        sock = self._plain
+        if sock is None or self.closed is not None or not self._send_gate.try_enter():
+            return False
+        try:
+            fd = sock.fileno()
+            if fd < 0 or self._frames.state is not ConnectionState.OPEN:
+                return self._not_now()
+            data = text_frame(text)
+            try:
+                written = os.write(fd, data)
+            except OSError:
+                # Full (nothing written), or the peer is gone: `send` finds out.
+                return self._not_now()
+            if written < len(data):
+                self._finish_later(data[written:])
+                return True
+        except BaseException:
+            self._send_gate.release()
+            raise
+        self._send_gate.release()
+        return True
+
+    def _not_now(self) -> bool:
+        self._send_gate.release()
+        return False
+
+    def _finish_later(self, rest: bytes) -> None:
+        """The socket took a message in part: a task sends the rest, keeping the gate."""
+        assert self._finishers is not None  # noqa: S101 - set with _plain
+        try:
+            self._finishers.start_soon(self._finish, rest)
+        except RuntimeError:  # the connection's nursery has closed: it is over
+            self._aborted = True
+            self._mark_closed(ABNORMAL, "peer gone")
+            self._send_gate.release()
+
+    async def _finish(self, rest: bytes) -> None:
+        try:
+            await self._stream.send_all(rest)
+        except STREAM_ERRORS:
+            self._aborted = True
+            self._mark_closed(ABNORMAL, "peer gone")
+        except BaseException:
+            self._aborted = True
+            self._mark_closed(ABNORMAL, "send cancelled")
+            raise
+        finally:
+            self._send_gate.release()
 
     async def receive(self) -> str | bytes:
         try:
