@@ -295,7 +295,10 @@ class RedisEngineBus:
         return f"{type(self).__name__}(where={self.where!r}, base={self._base!r})"
 
     def close(self) -> None:
-        self._client.close()
+        if isinstance(self._client, _redis_cluster.RedisCluster):
+            _redis_cluster.close_cluster(self._client)  # its nodes' pools too
+        else:
+            self._client.close()
 
     @contextlib.contextmanager
     def _reachable(self) -> Iterator[None]:

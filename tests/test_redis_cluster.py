@@ -232,3 +232,17 @@ def test_a_closed_store_leaves_no_connection_to_any_node_open(redis_cluster: Loc
     assert any(connection._sock is not None for pool in pools for connection in pool._connections)
     store.close()
     assert all(connection._sock is None for pool in pools for connection in pool._connections)
+
+
+def test_a_closed_engine_bus_leaves_no_connection_to_any_node_open(
+    redis_cluster: LocalCluster,
+) -> None:
+    bus = RedisEngineBus(redis_cluster.url, prefix=f"t{uuid.uuid4().hex[:8]}:")
+    assert bus.claim_session("s", "gw-1") == 1
+    client = bus._client
+    assert isinstance(client, redis.RedisCluster)
+    nodes = client.get_nodes()  # type: ignore[no-untyped-call]
+    pools = [node.redis_connection.connection_pool for node in nodes if node.redis_connection]
+    assert any(connection._sock is not None for pool in pools for connection in pool._connections)
+    bus.close()
+    assert all(connection._sock is None for pool in pools for connection in pool._connections)
