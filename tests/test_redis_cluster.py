@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pytest
 import redis
@@ -217,6 +217,14 @@ async def test_the_committers_batches_span_nodes_and_keep_each_sessions_order(
     store.close()
 
 
+def open_sockets(client: object) -> Callable[[], int]:
+    """How many connections of ``client``'s nodes' pools are open, when called."""
+    assert isinstance(client, redis.RedisCluster)
+    nodes = client.get_nodes()  # type: ignore[no-untyped-call]
+    pools = [node.redis_connection.connection_pool for node in nodes if node.redis_connection]
+    return lambda: sum(c._sock is not None for pool in pools for c in pool._connections)
+
+
 def test_a_closed_store_leaves_no_connection_to_any_node_open(redis_cluster: LocalCluster) -> None:
     """redis-py's cluster ``close`` leaves each node's pool connected (a pool
     given to a node's client is not closed with it)."""
@@ -225,13 +233,10 @@ def test_a_closed_store_leaves_no_connection_to_any_node_open(redis_cluster: Loc
     store.commit_many(
         [Commit(session_id=sid, epoch=1, record=None, appends=events(1, 1)) for sid in ids]
     )
-    client = store._client
-    assert isinstance(client, redis.RedisCluster)
-    nodes = client.get_nodes()  # type: ignore[no-untyped-call]
-    pools = [node.redis_connection.connection_pool for node in nodes if node.redis_connection]
-    assert any(connection._sock is not None for pool in pools for connection in pool._connections)
+    counted = open_sockets(store._client)
+    assert counted() > 0
     store.close()
-    assert all(connection._sock is None for pool in pools for connection in pool._connections)
+    assert counted() == 0
 
 
 def test_a_closed_engine_bus_leaves_no_connection_to_any_node_open(
@@ -239,10 +244,7 @@ def test_a_closed_engine_bus_leaves_no_connection_to_any_node_open(
 ) -> None:
     bus = RedisEngineBus(redis_cluster.url, prefix=f"t{uuid.uuid4().hex[:8]}:")
     assert bus.claim_session("s", "gw-1") == 1
-    client = bus._client
-    assert isinstance(client, redis.RedisCluster)
-    nodes = client.get_nodes()  # type: ignore[no-untyped-call]
-    pools = [node.redis_connection.connection_pool for node in nodes if node.redis_connection]
-    assert any(connection._sock is not None for pool in pools for connection in pool._connections)
+    counted = open_sockets(bus._client)
+    assert counted() > 0
     bus.close()
-    assert all(connection._sock is None for pool in pools for connection in pool._connections)
+    assert counted() == 0
