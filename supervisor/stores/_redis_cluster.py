@@ -35,7 +35,7 @@ from urllib.parse import unquote
 
 import redis
 import redis.exceptions
-from redis.cluster import ClusterNode, RedisCluster
+from redis.cluster import ClusterNode, NodesManager, RedisCluster
 
 _hiredis: Any
 try:
@@ -252,6 +252,11 @@ RELOAD_EVERY_S = 0.1
 
 _reloaded_at: weakref.WeakKeyDictionary[RedisCluster, float] = weakref.WeakKeyDictionary()
 
+#: Whether this redis-py's reload can be told to leave idle connections open.
+_RELOAD_KEEPS_POOLS = (
+    "disconnect_startup_nodes_pools" in inspect.signature(NodesManager.initialize).parameters
+)
+
 
 def _reload_slot_map(cluster: RedisCluster) -> None:
     """Ask the cluster for its slot map again (a failover moved a primary).
@@ -265,11 +270,8 @@ def _reload_slot_map(cluster: RedisCluster) -> None:
         return
     _reloaded_at[cluster] = now
     manager = cluster.nodes_manager
-    keeps_pools = (
-        "disconnect_startup_nodes_pools" in inspect.signature(manager.initialize).parameters
-    )
     with contextlib.suppress(*UNREACHABLE):
-        if keeps_pools:
+        if _RELOAD_KEEPS_POOLS:
             manager.initialize(disconnect_startup_nodes_pools=False)
         else:  # an older redis-py
             manager.initialize()
