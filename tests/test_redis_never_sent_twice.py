@@ -63,13 +63,14 @@ def lost_replies(monkeypatch: pytest.MonkeyPatch) -> LostReplies:
 
 
 @pytest.fixture(params=["cluster", "single"])
-def store(
-    request: pytest.FixtureRequest, redis_cluster: LocalCluster, redis_server: RedisServer
-) -> Iterator[RedisStore]:
+def store(request: pytest.FixtureRequest) -> Iterator[RedisStore]:
+    """A store on the shared local cluster, or on a redis-server of the test's own."""
     if request.param == "cluster":
-        store = on_cluster(redis_cluster, timeout_s=5.0)
+        cluster: LocalCluster = request.getfixturevalue("redis_cluster")
+        store = on_cluster(cluster, timeout_s=5.0)
     else:
-        store = RedisStore(redis_server.url, prefix=f"lost{id(request)}:", timeout_s=5.0)
+        server: RedisServer = request.getfixturevalue("redis_server")
+        store = RedisStore(server.url, timeout_s=5.0)
     yield store
     store.close()
 
