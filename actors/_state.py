@@ -71,7 +71,7 @@ from actors._errors import (
 )
 from actors._event_rules import EventRules
 from actors._fields import SessionFields, field_values
-from actors._journal import EventJournal, JournalEntry
+from actors._journal import EventJournal, JournalEntry, new_tuple
 from actors._lifecycle import ParkedSession, SessionPhase
 from actors._resume_rules import ResumeRules
 from actors._store import SessionRecord
@@ -367,13 +367,17 @@ class SessionState(ResumeRules, EventRules, AttachmentRules):
     # -- snapshots (invariants: StateCore.check_invariants) ---------------------
 
     def snapshot(self) -> StateSnapshot:
-        return StateSnapshot(
-            journal=self._journal.snapshot(),
-            fields=self._fields,
-            attachment=self._attachment,
-            pending_resumes=self._pending_resumes,
-            activations=tuple(self._activations.items()),
-            closed=self._closed,
+        # In field order, as `EventJournal.snapshot` builds its own (one per command).
+        return new_tuple(
+            StateSnapshot,
+            (
+                self._journal.snapshot(),
+                self._fields,
+                self._attachment,
+                self._pending_resumes,
+                tuple(self._activations.items()),
+                self._closed,
+            ),
         )
 
     def restore(self, snapshot: StateSnapshot) -> None:
