@@ -19,6 +19,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from actors._credential import ResumeToken
 from actors._journal import JournalEntry
+from actors._quick_init import quick_init
 
 __all__ = [
     "AbortResume",
@@ -159,6 +160,7 @@ class TickResult:
 # -- commands ----------------------------------------------------------------
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SendEvent:
     payload: Mapping[str, object] = field(repr=False)
@@ -353,6 +355,7 @@ class EventAccepted:
     callback: Callable[[], None] = local()
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Deliver:
     """Put ``frames`` on attachment ``attachment_generation``'s wire, in order.

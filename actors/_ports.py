@@ -23,6 +23,7 @@ from typing import Protocol
 
 from actors._commands import Activate, ActivationOutcome, Deliver
 from actors._errors import SessionFailedError
+from actors._quick_init import quick_init
 
 __all__ = [
     "NO_WAITER",
@@ -60,6 +61,7 @@ class LoopPort(Protocol):
         """Whether the caller runs on the loop's own thread."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Delivery:
     """One effect for an outbox, with who waits on it.

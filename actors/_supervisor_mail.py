@@ -17,6 +17,7 @@ from actors._commands import CloseCallable, Command, SendCallable
 from actors._lifecycle import unknown_session_answer
 from actors._mailbox import SessionMailbox
 from actors._ports import Outbox, Reply
+from actors._quick_init import quick_init
 from actors._store import StoredSession
 
 __all__ = [
@@ -107,6 +108,7 @@ class Fenced(Mail):
     error: BaseException | None = field(default=None, repr=False)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Call(Mail):
     """A command from a front door, its reply, and for a resume the new outbox."""

@@ -14,6 +14,7 @@ from actors._commands import Effect, TransportAttachment
 from actors._errors import InvalidInputError, InvalidSessionIdError, SessionError
 from actors._fields import SessionFields
 from actors._journal import JournalSnapshot
+from actors._quick_init import quick_init
 
 __all__ = [
     "FAILPOINTS",
@@ -122,6 +123,7 @@ class SessionConfig:
             raise ValueError("disconnect_grace_s must be None or >= 0")
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Transition:
     """A command's outcome: ``reply`` or ``error`` for the caller, then ``effects``."""
