@@ -131,3 +131,39 @@ async def test_the_outbox_depth_gauge_counts_frames_a_stalled_client_has_not_tak
             while _gauge(gateway, name) > 0:
                 await trio.sleep(0.05)
             nursery.cancel_scope.cancel()
+
+
+def test_the_send_latency_histogram_renders_as_prometheus_client_would() -> None:
+    """`SendLatency` counts without locks; ``/metrics`` shows what
+    prometheus_client's own ``Histogram`` with the same buckets shows."""
+    from prometheus_client import CollectorRegistry, Histogram, generate_latest
+
+    from supervisor.gateway._operations import SEND_LATENCY_BUCKETS, SendLatency
+
+    ours = SendLatency()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ours)
+    reference_registry = CollectorRegistry(auto_describe=False)
+    reference = Histogram(
+        "duplex_send_latency_seconds",
+        "Time one frame took to be written to a client",
+        registry=reference_registry,
+        buckets=SEND_LATENCY_BUCKETS,
+    )
+    # On a bound, between bounds, below the first and past the last.
+    for seconds in (0.0, 0.0005, 0.0007, 0.001, 0.3, 2.5, 11.0, 0.00001):
+        ours.observe(seconds)
+        reference.observe(seconds)
+
+    def samples(text: bytes) -> list[str]:
+        return [
+            line
+            for line in text.decode().splitlines()
+            if line.startswith("duplex_send_latency_seconds")
+            and not line.startswith("duplex_send_latency_seconds_created")
+        ]
+
+    assert samples(generate_latest(registry)) == samples(generate_latest(reference_registry))
+    assert 'duplex_send_latency_seconds_bucket{le="0.0005"} 3.0' in samples(
+        generate_latest(registry)
+    )

@@ -17,11 +17,11 @@ from typing import Any
 
 import trio
 import trio.testing
-from prometheus_client import Histogram
 from wsproto.connection import Connection, ConnectionType
 from wsproto.events import TextMessage
 
 from supervisor.doors._trio import TrioSessionRegistry
+from supervisor.gateway._operations import SendLatency
 from supervisor.gateway._protocol import frame_text
 from supervisor.gateway._service import _SocketSend
 from supervisor.gateway._websocket import ServerWebSocket, text_frame
@@ -214,7 +214,7 @@ def _service() -> Any:
     return SimpleNamespace(
         frames_delivered=0,
         sends_in_progress=0,
-        metrics=SimpleNamespace(send_latency=Histogram("latency", "", registry=None)),
+        metrics=SimpleNamespace(send_latency=SendLatency()),
     )
 
 

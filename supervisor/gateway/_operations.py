@@ -6,13 +6,15 @@ and the sessions' port no longer answers ``/metrics``: expose the sessions'
 port to clients, keep the metrics port for the scraper.
 
 The metrics are read from the registry's figures and the gateway's counters
-at scrape time (a collector, so the two cannot drift), except the send
-latency histogram, which the gateway observes as it sends. Each gateway has
-its own ``CollectorRegistry``: two gateways in one process do not collide.
+at scrape time (a collector, so the two cannot drift); the send latency
+histogram is counted by the gateway as it sends (`SendLatency`) and read the
+same way. Each gateway has its own ``CollectorRegistry``: two gateways in
+one process do not collide.
 """
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import logging
 from collections.abc import Callable, Iterator, Mapping
@@ -20,8 +22,13 @@ from typing import TYPE_CHECKING, Protocol
 
 import anyio
 import anyio.abc
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from supervisor.gateway._config import GatewayConfig, GatewayCounters
@@ -30,7 +37,14 @@ from supervisor.gateway._demo_page import demo_page_routes
 if TYPE_CHECKING:
     from supervisor.doors._door import AsyncSessionRegistry
 
-__all__ = ["CONTENT_TYPE", "GatewayMetrics", "http_routes", "serve_operations"]
+__all__ = [
+    "CONTENT_TYPE",
+    "SEND_LATENCY_BUCKETS",
+    "GatewayMetrics",
+    "SendLatency",
+    "http_routes",
+    "serve_operations",
+]
 
 logger = logging.getLogger("duplex_supervisor.supervisor")
 
@@ -39,6 +53,11 @@ _MAX_REQUEST_HEAD = 8192
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 503: "Service Unavailable"}
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+#: ``duplex_send_latency_seconds``'s upper bounds, in seconds (then ``+Inf``).
+SEND_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 2.5, 10.0)
+# The ``le`` labels, as prometheus_client writes them (``repr``; these bounds need no exponent).
+_LE_LABELS = (*(repr(bound) for bound in SEND_LATENCY_BUCKETS), "+Inf")
 
 
 class OperatedGateway(Protocol):
@@ -57,6 +76,44 @@ class OperatedGateway(Protocol):
     metrics_port: int | None
 
     def connections_open(self) -> int: ...
+
+
+class SendLatency(Collector):
+    """The ``duplex_send_latency_seconds`` histogram, counted in plain fields.
+
+    prometheus_client's ``Histogram.observe`` takes a lock for its sum and
+    another for its bucket; the gateway observes every frame it writes, where
+    that was a measured share of its cost per event (~1.8 us a frame on the
+    project's machine). These counts take none: observe only on the gateway's
+    loop (every send is made there); the collector reads them at scrape time
+    and shows what a ``Histogram`` with `SEND_LATENCY_BUCKETS` shows, but its
+    ``_created`` sample.
+    """
+
+    __slots__ = ("_counts", "_sum")
+
+    def __init__(self) -> None:
+        # One count per bound, then one past the last (``+Inf``): not cumulative.
+        self._counts = [0] * (len(SEND_LATENCY_BUCKETS) + 1)
+        self._sum = 0.0
+
+    def observe(self, seconds: float) -> None:
+        # bisect_left: a value on a bound counts in that bound's bucket (``le``).
+        self._counts[bisect.bisect_left(SEND_LATENCY_BUCKETS, seconds)] += 1
+        self._sum += seconds
+
+    def collect(self) -> Iterator[Metric]:
+        buckets: list[tuple[str, float]] = []
+        total = 0
+        for label, count in zip(_LE_LABELS, self._counts, strict=True):
+            total += count
+            buckets.append((label, total))
+        yield HistogramMetricFamily(
+            "duplex_send_latency_seconds",
+            "Time one frame took to be written to a client",
+            buckets=buckets,
+            sum_value=self._sum,
+        )
 
 
 class _Figures(Collector):
@@ -151,12 +208,8 @@ class GatewayMetrics:
     def __init__(self, service: OperatedGateway) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Figures(service))
-        self.send_latency = Histogram(
-            "duplex_send_latency_seconds",
-            "Time one frame took to be written to a client",
-            registry=self.registry,
-            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 2.5, 10.0),
-        )
+        self.send_latency = SendLatency()
+        self.registry.register(self.send_latency)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
