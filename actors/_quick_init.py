@@ -17,6 +17,7 @@ with the same keyword-only signature and defaults.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from typing import Any, TypeVar
 
 __all__ = ["quick_init"]
@@ -29,8 +30,9 @@ def quick_init(cls: type[_T]) -> type[_T]:
     that sets each slot through its member descriptor.
 
     Raises ``TypeError`` for a class this does not fit: not such a dataclass,
-    a field left out of ``__init__``, a ``default_factory``, or a
-    ``__post_init__`` (which the replaced ``__init__`` would not call).
+    a field left out of ``__init__``, a ``default_factory``, a
+    ``__post_init__`` (which the replaced ``__init__`` would not call), or
+    anything else that would make the two ``__init__`` signatures differ.
     """
     params = getattr(cls, "__dataclass_params__", None)
     if params is None or not params.frozen or "__slots__" not in cls.__dict__:
@@ -62,6 +64,9 @@ def quick_init(cls: type[_T]) -> type[_T]:
     init.__module__ = cls.__module__
     init.__doc__ = cls.__init__.__doc__
     init.__annotations__ = dict(cls.__init__.__annotations__)
+    # Whatever the checks above missed (an InitVar, say) shows as another signature.
+    if inspect.signature(init) != inspect.signature(cls.__init__):
+        raise TypeError(f"{cls.__name__}: the quick __init__ would not take what its own takes")
     type.__setattr__(cls, "__init__", init)
     return cls
 

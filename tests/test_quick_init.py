@@ -86,7 +86,12 @@ def test_classes_it_does_not_fit_are_refused() -> None:
     class NoSlots:
         a: int
 
-    for cls in (NotFrozen, Positional, Factory, PostInit, NoSlots):
+    @dataclass(frozen=True, slots=True, kw_only=True)
+    class WithInitVar:
+        a: int
+        b: dataclasses.InitVar[int] = 0
+
+    for cls in (NotFrozen, Positional, Factory, PostInit, NoSlots, WithInitVar):
         with pytest.raises(TypeError):
             quick_init(cls)
 
