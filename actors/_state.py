@@ -347,12 +347,21 @@ class SessionState(ResumeRules, EventRules, AttachmentRules):
         self._undo_point = None
 
     def store_record(self, wall_offset: float) -> SessionRecord:
-        """What a store keeps of this session, times as wall clock (``clock + offset``)."""
+        """What a store keeps of this session, times as wall clock (``clock + offset``).
+
+        While a resume's activation is on the wire, the token the client
+        presented stays in the record as the recovery token (see below).
+        """
         next_sequence, dropped_through, drop_runs, overflowed = self._journal.counters()
         values = field_values(self._fields)
         detached = values["detached_at"]
         if detached is not None:
             values["detached_at"] = detached + wall_offset
+        if self._activations and values["recovery_token_digest"] is None:
+            # The client holds only the token it presented until the activation
+            # frame reaches it; this process may die first, and the one that
+            # takes the session over from the store must accept that token.
+            values["recovery_token_digest"] = self._activations[max(self._activations)]
         return SessionRecord(
             next_sequence=next_sequence,
             dropped_through=dropped_through,

@@ -10,9 +10,10 @@ and it closes its transport with ``replaced``.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import pytest
 import trio
@@ -204,6 +205,91 @@ def test_a_resume_back_on_an_old_owner_with_the_token_it_knows_takes_the_session
         # The registry that took it over and never wrote lets go at its first write.
         with pytest.raises(SessionReplacedError):
             b.send_event("s", {"n": "stale"})
+
+
+def test_a_resume_whose_process_died_before_its_activation_is_taken_over_with_the_same_token(
+    stores: tuple[SessionStore, SessionStore],
+) -> None:
+    """The resume on ``a`` is durable (the rotated token is stored) but ``a``
+    dies before its activation frame leaves: the client only ever held the
+    token it presented, and takes the session over with it elsewhere."""
+    old_wire, new_wire = Transport(), Transport()
+    activating, dead = threading.Event(), threading.Event()
+
+    def stuck_send(frame: dict[str, object]) -> None:
+        activating.set()  # the activation frame, never to reach the client
+        dead.wait(WAIT)
+        raise ConnectionError("the process is gone")
+
+    with registry(stores[0]) as a, registry(stores[1]) as b:
+        created = a.create("s", send=old_wire.send, close=old_wire.close)
+        a.send_event("s", {"n": 0})
+        presented = created.resume_token.plaintext
+        first = threading.Thread(
+            target=_resume_quietly,
+            args=(a, presented, stuck_send),
+        )
+        first.start()
+        try:
+            assert activating.wait(WAIT)
+            result = b.resume(
+                "s",
+                resume_token=presented,
+                last_received_server_event_seq=0,
+                send=new_wire.send,
+                close=new_wire.close,
+            )
+        finally:
+            dead.set()
+            first.join(WAIT)
+        assert [entry.sequence for entry in result.replay_entries] == [1]
+        assert b.send_event("s", {"n": 1}).sequence == 2  # type: ignore[union-attr]
+        assert new_wire.seqs() == [2]
+        # Once used, the presented token is spent: it takes nothing over again.
+        with pytest.raises(InvalidResumeTokenError):
+            a.authenticate_resume("s", resume_token=presented, last_received_server_event_seq=0)
+
+
+def test_a_delivered_activation_leaves_no_second_token_in_the_store(
+    stores: tuple[SessionStore, SessionStore],
+) -> None:
+    wire, again = Transport(), Transport()
+    with registry(stores[0]) as a, registry(stores[1]) as b:
+        created = a.create("s", send=Transport().send, close=Transport().close)
+        presented = created.resume_token.plaintext
+        a.resume(
+            "s",
+            resume_token=presented,
+            last_received_server_event_seq=0,
+            send=wire.send,
+            close=wire.close,
+            activation_payload_factory=lambda token, generation: {"type": "session.resumed"},
+        )
+        assert wire.frames == [{"type": "session.resumed"}]
+        a.detach("s")
+        with pytest.raises(InvalidResumeTokenError):
+            b.resume(
+                "s",
+                resume_token=presented,
+                last_received_server_event_seq=0,
+                send=again.send,
+                close=again.close,
+            )
+
+
+def _resume_quietly(
+    door: ThreadSessionRegistry, token: str, send: Callable[[dict[str, object]], None]
+) -> None:
+    """A resume with an activation frame whose outcome the test does not need."""
+    with contextlib.suppress(Exception):
+        door.resume(
+            "s",
+            resume_token=token,
+            last_received_server_event_seq=0,
+            send=send,
+            close=Transport().close,
+            activation_payload_factory=lambda token, generation: {"type": "session.resumed"},
+        )
 
 
 def test_a_wrong_token_never_ends_the_owners_lease(

@@ -28,6 +28,7 @@ from actors._commands import (
     SettleLeaseGeneration,
     TransportAttachment,
 )
+from actors._credential import token_digest
 from actors._errors import InvalidResumeTokenError, InvalidSequenceError, JournalGapError
 from actors._state import Transition
 from tests.helpers import (
@@ -223,6 +224,36 @@ def test_delivered_activation_keeps_the_attachment_and_the_old_token_dead() -> N
     assert current(world, 2) and not world.state.activation_in_flight
     ok(world.state.handle(ReleaseAttachment()))
     fails(auth(world, presented, 0), InvalidResumeTokenError)
+
+
+def test_the_store_keeps_the_presented_token_as_recovery_until_the_activation_is_delivered() -> (
+    None
+):
+    """A process can die between a resume's commit and its activation frame:
+    the client never saw the rotated token, and the process that takes the
+    session over from the store must still accept the one it presented."""
+    world = open_world()
+    presented = world.token
+    activating(world)
+    record = world.state.store_record(0.0)
+    assert record.token_digest == token_digest(world.token)
+    assert record.recovery_token_digest == token_digest(presented)
+    outcome(world, 2, delivered=True)
+    assert world.state.store_record(0.0).recovery_token_digest is None
+
+
+def test_the_store_keeps_the_presented_token_after_a_failed_activation_too() -> None:
+    world = open_world()
+    presented = world.token
+    activating(world)
+    outcome(world, 2, delivered=False)
+    assert world.state.store_record(0.0).recovery_token_digest == token_digest(presented)
+
+
+def test_a_resume_without_activation_hands_its_token_out_at_once_and_keeps_no_recovery() -> None:
+    world = open_world()
+    resume(world)
+    assert world.state.store_record(0.0).recovery_token_digest is None
 
 
 def test_failed_activation_detaches_and_end_resume_hands_back_its_lease() -> None:
