@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import threading
+import weakref
 
 import pytest
 
@@ -82,6 +84,28 @@ def test_a_detached_idle_session_is_parked_and_its_next_message_brings_it_back()
         assert result.attachment_generation == 2
         stats = reg.stats()
         assert (stats.live, stats.parked, stats.reactivated) == (2, 0, 1)
+
+
+def test_a_parked_sessions_actor_is_freed_without_the_cycle_collector() -> None:
+    """Parking 100,000 sessions must not leave 100,000 actor graphs (state,
+    journal, outboxes) for the cycle collector to find: nothing of a session
+    actor refers back to it, so it goes when its last reference does."""
+    clock, events = FakeClock(), Events()
+    gc.collect()
+    gc.disable()
+    try:
+        with registry(clock=clock, observer=events) as reg:
+            reg.create("s", send=Wire().send_blocking, close=lambda r: None)
+            reg.send_event("s", {"n": 1})
+            reg.detach("s")
+            [actor] = _live(reg, "s")
+            gone = weakref.ref(actor)
+            del actor
+            _park(reg, clock, events, "s")
+            assert gone() is None
+            assert reg.send_event("s", {"n": 2}).sequence == 2  # type: ignore[union-attr]
+    finally:
+        gc.enable()
 
 
 def test_nothing_is_parked_too_early_attached_or_with_a_resume_claimed() -> None:
