@@ -46,6 +46,7 @@ from typing import Any, Literal, Protocol
 import pykka
 
 from actors._commands import (
+    AbortResume,
     ActivationOutcome,
     Close,
     Command,
@@ -63,6 +64,7 @@ from actors._errors import (
     SessionFailedError,
     SessionReplacedError,
     StoreError,
+    StoreUnavailableError,
 )
 from actors._held import HeldMail, answer_held
 from actors._lifecycle import ParkedSession, ResumeStash
@@ -110,6 +112,8 @@ logger = logging.getLogger("duplex_supervisor.actors")
 # Tuples, not ``A | B``: a union is a new object per isinstance call, and
 # these run per command.
 _NOT_ACTIVITY = (Tick, ActivationOutcome)
+# A resume's end, which nobody sends again (see `SessionActor.refused`).
+_OUTCOMES = (ActivationOutcome, AbortResume)
 
 
 class SessionOwner(Protocol):
@@ -373,10 +377,18 @@ class SessionActor(LoopActor):
         elif isinstance(transition.reply, TickResult) and transition.reply.expired:
             self._expire()
 
-    def refused(self, call: Call, exc: BaseException) -> None:
+    def refused(self, call: Call, transition: Transition, exc: BaseException) -> None:
         """The store refused the transition's commit: undo it and answer why."""
         state = self._state
         assert state is not None  # noqa: S101
+        if isinstance(exc, StoreUnavailableError) and isinstance(call.command, _OUTCOMES):
+            # Nobody sends an activation's outcome again: undone, it would
+            # leave the session activating for good, holding every later
+            # resume. It stands in memory; the store kept the resume's write,
+            # with the presented token as its recovery token (which either
+            # outcome allows), and the session's next write brings it level.
+            self.carry_out(call, transition)
+            return
         state.undo()
         if isinstance(exc, SessionReplacedError) and isinstance(call.command, Resume):
             # The client proved a token this process knows, and another took

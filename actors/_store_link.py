@@ -54,7 +54,7 @@ class StoreLinkHost(Protocol):
     def carry_out(self, call: Call, transition: Transition) -> None:
         """``transition`` is durable (or needs no write): release it."""
 
-    def refused(self, call: Call, exc: BaseException) -> None:
+    def refused(self, call: Call, transition: Transition, exc: BaseException) -> None:
         """The store refused ``transition``'s write: undo it and answer why."""
 
     def go_on(self) -> None:
@@ -150,7 +150,7 @@ class StoreLink:
             try:
                 binding.commit(state)
             except BaseException as exc:  # noqa: BLE001 - sorted out by the host
-                self._host.refused(call, exc)
+                self._host.refused(call, transition, exc)
                 return
             self._host.carry_out(call, transition)
             return
@@ -160,7 +160,7 @@ class StoreLink:
         try:
             commit = binding.prepare(state)
         except BaseException as exc:  # noqa: BLE001 - a bug: a crash of this call
-            self._host.refused(call, exc)
+            self._host.refused(call, transition, exc)
             return
         if commit is None:
             self._host.carry_out(call, transition)
@@ -213,7 +213,7 @@ class StoreLink:
                 ownership.fence(binding, self._fence_answered)
                 return
             else:
-                self._host.refused(call, message.error)
+                self._host.refused(call, transition, message.error)
         self._host.go_on()
 
     # -- a commit whose answer was lost ------------------------------------------------
@@ -235,16 +235,20 @@ class StoreLink:
             if binding.settle(message.stored):
                 self._host.carry_out(call, transition)  # applied: its effects go out once
             else:
-                self._host.refused(call, StoreUnavailableError("the store did not apply the write"))
+                self._host.refused(
+                    call, transition, StoreUnavailableError("the store did not apply the write")
+                )
         elif isinstance(message.error, StoreUnavailableError):
             logger.warning(
                 "session %s: a write's outcome stayed unknown past the store's lease; "
                 "letting go (the stored copy stands, a resume takes it over)",
                 self._mailbox.session_id,
             )
-            self._host.refused(call, SessionReplacedError(self._mailbox.session_id))
+            self._host.refused(call, transition, SessionReplacedError(self._mailbox.session_id))
         else:
-            self._host.refused(call, message.error or RuntimeError("a fence gave nothing"))
+            self._host.refused(
+                call, transition, message.error or RuntimeError("a fence gave nothing")
+            )
         self._host.go_on()
 
     def waiting_out_an_outage(self) -> bool:

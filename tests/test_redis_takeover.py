@@ -19,13 +19,14 @@ import pytest
 import trio
 
 from actors._commands import LifecycleEvent
+from actors._credential import ResumeToken
 from actors._errors import (
     InvalidResumeTokenError,
     SessionReplacedError,
     StoreUnavailableError,
     UnknownSessionError,
 )
-from actors._store import SessionStore
+from actors._store import Commit, SessionStore
 from supervisor import open_session_registry
 from supervisor.doors._threads import ThreadSessionRegistry
 from supervisor.gateway import EngineSession
@@ -532,3 +533,68 @@ def test_a_sweep_keeps_a_session_whose_renewal_was_unavailable_and_lets_go_of_a_
         assert kept_wire.closed == []
         store.away = set()
         assert a.send_event("kept", {"n": 1}).sequence == 1  # type: ignore[union-attr]
+
+
+class _CommitsAwayStore(MemoryStore):
+    """A MemoryStore whose commits are unavailable while ``away``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.away = False
+
+    def commit(self, commit: Commit) -> None:
+        if self.away:
+            raise StoreUnavailableError("away")
+        super().commit(commit)
+
+
+@pytest.mark.parametrize("delivered", [True, False])
+def test_an_activation_outcome_whose_write_met_an_outage_leaves_no_resume_waiting(
+    delivered: bool,
+) -> None:
+    """Nobody sends an activation's outcome again: undone, the session would
+    hold every later resume behind an activation that never ends."""
+    store = _CommitsAwayStore()
+
+    def activation_then_outage(frame: dict[str, object]) -> None:
+        store.away = True  # the outcome's write meets it
+        if not delivered:
+            raise ConnectionError("the connection dropped")
+
+    rotated: list[str] = []
+
+    def activation(token: ResumeToken, generation: int) -> dict[str, object]:
+        rotated.append(token.plaintext)
+        return {"type": "session.resumed"}
+
+    with registry(store, timeout=2.0) as a, registry(store, timeout=2.0) as b:
+        created = a.create("s", send=Transport().send, close=Transport().close)
+        a.detach("s")
+        presented = created.resume_token.plaintext
+        with contextlib.suppress(ConnectionError):
+            a.resume(
+                "s",
+                resume_token=presented,
+                last_received_server_event_seq=0,
+                send=activation_then_outage,
+                close=Transport().close,
+                activation_payload_factory=activation,
+            )
+        store.away = False
+        a.detach("s")
+        wire = Transport()
+        # Delivered: the client holds the rotated token, which the store
+        # already has; not delivered: the presented one works once more.
+        again = a.resume(
+            "s",
+            resume_token=rotated[0] if delivered else presented,
+            last_received_server_event_seq=0,
+            send=wire.send,
+            close=wire.close,
+        )
+        assert again.attachment_generation == 3
+        assert a.send_event("s", {"n": 1}).sequence == 1  # type: ignore[union-attr]
+        assert wire.seqs() == [1]
+        # The writes since cleared the presented token from the store.
+        with pytest.raises(InvalidResumeTokenError):
+            b.authenticate_resume("s", resume_token=presented, last_received_server_event_seq=0)
