@@ -75,7 +75,7 @@ class _Creating:
 class StoreLink:
     """One session actor's link to the store (``ownership`` None: memory only)."""
 
-    __slots__ = ("_fencing", "_host", "_mailbox", "_ownership", "binding", "in_flight")
+    __slots__ = ("_fencing", "_host_ref", "_mailbox", "_ownership", "binding", "in_flight")
 
     def __init__(
         self, ownership: StoreOwnership | None, mailbox: SessionMailbox, host: StoreLinkHost
@@ -84,9 +84,10 @@ class StoreLink:
         self._mailbox = mailbox
         # Weakly: the host (the actor) holds this link, and a strong reference
         # back made each parked or ended session's whole actor graph garbage
-        # only the cycle collector could free (~11 objects per session).
-        # The link is only called in its host's turns, while the host lives.
-        self._host: StoreLinkHost = weakref.proxy(host)
+        # only the cycle collector could free (~11 objects per session). A
+        # `weakref.ref`, not a proxy: a dead proxy raises ReferenceError at
+        # the isinstance of anyone walking gc.get_objects().
+        self._host_ref = weakref.ref(host)
         #: This session's epoch and last write (None: not stored by this process).
         self.binding: StoreBinding | None = None
         #: A write the store has not answered yet (the commit, or the session's
@@ -94,6 +95,13 @@ class StoreLink:
         self.in_flight: tuple[Call, Transition] | _Creating | None = None
         # The commit in flight whose answer was lost, while the store fences it.
         self._fencing: tuple[Call, Transition] | None = None
+
+    @property
+    def _host(self) -> StoreLinkHost:
+        host = self._host_ref()
+        # The link is only called in its host's turns, while the host lives.
+        assert host is not None  # noqa: S101
+        return host
 
     # -- the session's create, and taking up an epoch ----------------------------------
 

@@ -108,6 +108,26 @@ def test_a_parked_sessions_actor_is_freed_without_the_cycle_collector() -> None:
         gc.enable()
 
 
+def test_what_an_ended_actor_leaves_behind_is_safe_to_inspect() -> None:
+    """A memory profiler (or a test) walks ``gc.get_objects()`` with
+    ``isinstance``: a part of an ended actor still held by something (a
+    traceback's frame, a debugger) must answer it, not raise ``ReferenceError``
+    as a dead ``weakref.proxy`` does."""
+    clock, events = FakeClock(), Events()
+    with registry(clock=clock, observer=events) as reg:
+        reg.create("s", send=Wire().send_blocking, close=lambda r: None)
+        reg.detach("s")
+        [actor] = _live(reg, "s")
+        link = actor._link  # held past its actor
+        gone = weakref.ref(actor)
+        del actor
+        _park(reg, clock, events, "s")
+        gc.collect()
+        assert gone() is None
+        for referent in gc.get_referents(link):
+            assert not isinstance(referent, SessionActor)
+
+
 def test_nothing_is_parked_too_early_attached_or_with_a_resume_claimed() -> None:
     clock, events = FakeClock(), Events()
     with registry(clock=clock, observer=events) as reg:
