@@ -172,7 +172,7 @@ class StoreOutcomeUnknownError(StoreUnavailableError):
 
     `RedisStore.commit` may raise it to a program of its own; a registry's
     session never passes it on: it fences the write and reads whether it was
-    applied before it answers anyone (`actors._store.StoreBinding.settle`).
+    applied before it answers anyone (`actors._store_binding.StoreBinding.settle`).
     """
 
 

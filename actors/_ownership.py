@@ -5,7 +5,7 @@ one per registry: a session's create, the fence of a commit whose answer was
 lost, the check that this process still holds a lease, a takeover (adopting a
 session another process wrote), a sweep's lease renewals and the delete of a
 session that closed or expired, live or parked. A transition's commit is
-written through the session's `StoreBinding` (`actors._store`), which this
+written through the session's `StoreBinding` (`actors._store_binding`), which this
 module hands out.
 
 With a store that does I/O (a `BatchingStore`) each call goes to the
@@ -33,10 +33,10 @@ from actors._store import (
     Committer,
     SessionRecord,
     SessionStore,
-    StoreBinding,
     StoredSession,
     proves_token,
 )
+from actors._store_binding import StoreBinding
 
 __all__ = ["Renewals", "StoreOwnership", "Takeover"]
 

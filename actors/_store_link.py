@@ -34,7 +34,8 @@ from actors._errors import (
 from actors._mailbox import InboxClosedError, SessionMailbox
 from actors._ownership import StoreOwnership
 from actors._state import SessionState, Transition
-from actors._store import SessionRecord, StoreBinding, StoredSession
+from actors._store import SessionRecord, StoredSession
+from actors._store_binding import StoreBinding
 from actors._supervisor_mail import Call, Committed, Fenced
 
 __all__ = ["StoreLink", "StoreLinkHost"]

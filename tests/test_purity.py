@@ -25,6 +25,7 @@ PURE_MODULES = (
     "_lifecycle",
     "_counters",
     "_store",
+    "_store_binding",
     "_supervisor_machine",
     "_client_seqs",
     "_state_core",

@@ -18,7 +18,8 @@ from actors._fields import FIELD_NAMES, SessionFields, field_values
 from actors._journal import ParkedJournal
 from actors._lifecycle import ParkedSession
 from actors._state import SessionState
-from actors._store import SessionRecord, StoredSession, _same_fields, parked_from_store
+from actors._store import SessionRecord, StoredSession, parked_from_store
+from actors._store_binding import same_fields
 from supervisor.stores._redis_codec import record_fields as redis_hash
 from supervisor.stores._redis_codec import session_record as from_redis_hash
 from tests.helpers import FakeClock, config, wire_close, wire_send
@@ -129,7 +130,7 @@ def test_the_store_record_and_the_redis_hash_keep_every_field(name: str) -> None
 def test_a_change_to_any_field_is_written(name: str) -> None:
     record = _unparked(FakeClock()).store_record(WALL_OFFSET)
     changed: SessionRecord = dataclasses.replace(record, **{name: OTHERS[name]})
-    assert not _same_fields(changed, record)
+    assert not same_fields(changed, record)
     # detached_at moves with the wall offset: only whether it is set counts.
     moved = dataclasses.replace(record, detached_at=record.detached_at + 1.0)  # type: ignore[operator]
-    assert _same_fields(moved, record)
+    assert same_fields(moved, record)

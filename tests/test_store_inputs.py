@@ -16,12 +16,12 @@ import pytest
 from actors._store import (
     Commit,
     SessionStore,
-    StoreBinding,
     StoredEvent,
     identity_fingerprint,
     input_key,
     settled_input,
 )
+from actors._store_binding import StoreBinding
 from tests.test_redis_store import record, store
 
 __all__ = ["store"]  # the fixture, from test_redis_store
