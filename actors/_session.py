@@ -378,7 +378,8 @@ class SessionActor(LoopActor):
             self._expire()
 
     def refused(self, call: Call, transition: Transition, exc: BaseException) -> None:
-        """The store refused the transition's commit: undo it and answer why."""
+        """The store refused the transition's commit: undo it and answer why
+        (an activation's outcome the store was away for stands instead)."""
         state = self._state
         assert state is not None  # noqa: S101
         if isinstance(exc, StoreUnavailableError) and isinstance(call.command, _OUTCOMES):
