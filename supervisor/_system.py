@@ -1,7 +1,8 @@
-"""The supervisor actor and the loop-neutral system every front door drives.
+"""The loop-neutral system every front door drives, and its supervisor.
 
 `SessionSystem` is what a front door owns. Its supervisor actor
-decides (the decisions are `SupervisorMachine`'s, in
+(`SupervisorActor`, with the handlers of its turns, in
+`supervisor._system_turns`) decides (the decisions are `SupervisorMachine`'s, in
 `actors._supervisor_machine`: pure, plain calls in, decisions out, which
 this module carries out); session actors carry out:
 
@@ -23,7 +24,8 @@ this module carries out); session actors carry out:
   sessions; a parked session's next message wakes the supervisor, which starts
   a new actor from the parked data. A sweep prunes and expires parked
   sessions on their data, without starting them, and only those due
-  (`ParkedDeadlines`: a heap by grace or oldest event's TTL).
+  (`ParkedDeadlines`: a heap by grace or oldest event's TTL). The sweep is
+  one of the supervisor's turns (`supervisor._system_turns`).
 
 The supervisor and every session are `LoopActor`s on the registry's event
 loop: no thread is started to create, wake or restart a session.
@@ -51,43 +53,19 @@ from actors._commands import (
     LifecycleEvent,
     Resume,
     SendCallable,
-    Tick,
 )
-from actors._errors import (
-    DuplicateSessionError,
-    RegistryClosedError,
-    SessionCrashedError,
-)
+from actors._errors import RegistryClosedError
 from actors._lifecycle import ParkedSession
-from actors._loop_actor import LoopActor, enter_loop_thread, leave_loop_thread
-from actors._mailbox import InboxClosedError, MailboxPhase, SessionMailbox
-from actors._ownership import StoreOwnership
+from actors._loop_actor import enter_loop_thread, leave_loop_thread
+from actors._mailbox import InboxClosedError, SessionMailbox
 from actors._ports import LoopPort, Outbox, Reply
-from actors._session import (
-    Call,
-    CrashReport,
-    Opening,
-    Passivate,
-    SessionActor,
-    SessionContext,
-    Shutdown,
-    answer_unknown,
-)
+from actors._session import Call, CrashReport, Opening, SessionActor, SessionContext, answer_unknown
 from actors._state import NO_FAILPOINTS, SessionConfig
-from actors._store import (
-    BatchingStore,
-    SessionStore,
-)
-from actors._supervisor_machine import (
-    AnswerClosed,
-    ExpireParked,
-    PruneParked,
-    SupervisorMachine,
-)
+from actors._store import SessionStore
+from actors._supervisor_machine import AnswerClosed, SupervisorMachine
 from supervisor._faults import FaultPlan
 from supervisor._policy import RestartPolicy
 from supervisor._system_books import (
-    MESSAGES,
     Adopt,
     Adopted,
     Books,
@@ -102,14 +80,22 @@ from supervisor._system_books import (
     RegistryStats,
     Reopen,
     Stop,
-    SupervisorInbox,
     Sweep,
     Timers,
     Wake,
 )
-from supervisor._system_leases import Leases
+from supervisor._system_leases import Leases, persistence
 from supervisor._system_restarts import Restarts, answer_closed
-from supervisor.stores._committer import StoreCommitter
+from supervisor._system_turns import (
+    StopReply,
+    SupervisorActor,
+    forget,
+    reopen,
+    route_close,
+    start_session,
+    stop_sessions,
+    sweep,
+)
 
 __all__ = ["DEFAULT_PASSIVATE_AFTER_S", "RegistryStats", "SessionSystem", "SupervisorActor"]
 
@@ -117,96 +103,6 @@ logger = logging.getLogger("duplex_supervisor.supervisor")
 
 #: A detached, idle session is parked after this long (``None``: never).
 DEFAULT_PASSIVATE_AFTER_S: float | None = 30.0
-
-
-class SupervisorActor(LoopActor):
-    """Runs the supervisor's decisions for one registry; dies on a crash (see module)."""
-
-    def __init__(self, system: SessionSystem) -> None:
-        self._system = system
-        self.actor_loop = system.port
-        super().__init__()
-
-    def _create_actor_inbox(self) -> Any:  # type: ignore[override]
-        # A supervisor that gives up closes it and hands what it held over.
-        return SupervisorInbox(self._system.timers, MESSAGES, "this supervisor has handed over")
-
-    def on_receive(self, message: Any) -> Any:
-        try:
-            self._system.faults.supervisor_hit(type(message).__name__.lower())
-            self._system.dispatch(message)
-        except BaseException as exc:  # noqa: BLE001 - the supervisor dies; a successor takes over
-            logger.error("supervisor of registry %s crashed: %r", self._system.registry_id, exc)
-            reply = getattr(message, "reply", None)
-            retried: list[Any] = []
-            if reply is not None:
-                error = SessionCrashedError("the supervisor crashed handling this call")
-                error.__cause__ = exc
-                reply.fail(error)
-            else:
-                # Nobody waits on it to learn of the crash: the successor handles it.
-                retried.append(message)
-            inbox = self.actor_inbox
-            assert isinstance(inbox, SupervisorInbox)  # noqa: S101
-            self._system.hand_over(self.actor_ref, retried + inbox.close())
-            self.stop()
-        return None
-
-
-def _persistence(
-    store: SessionStore | None, port: LoopPort, clock: Callable[[], float], registry_id: str
-) -> tuple[StoreCommitter | None, StoreOwnership | None]:
-    """A registry's committer (a store that does I/O only) and its `StoreOwnership`."""
-    if store is None:
-        return None, None
-    committer = (
-        StoreCommitter(store, port, name=registry_id) if isinstance(store, BatchingStore) else None
-    )
-    ownership = StoreOwnership(
-        store=store, committer=committer, clock=clock, registry_id=registry_id
-    )
-    return committer, ownership
-
-
-class _CountDown:
-    """Resolves ``reply`` after ``n`` answers (of any kind)."""
-
-    def __init__(self, n: int, reply: Reply) -> None:
-        self._left = n
-        self._lock = threading.Lock()
-        self._reply = reply
-        if n == 0:
-            reply.resolve(None)
-
-    def _one(self) -> None:
-        with self._lock:
-            self._left -= 1
-            done = self._left == 0
-        if done:
-            self._reply.resolve(None)
-
-    def resolve(self, value: object) -> None:
-        self._one()
-
-    def fail(self, error: BaseException) -> None:
-        self._one()
-
-
-class _StopReply:
-    """A stop's reply that sends the stop again if the supervisor crashed on it."""
-
-    def __init__(self, system: SessionSystem, reply: Reply) -> None:
-        self._system = system
-        self._reply = reply
-
-    def resolve(self, value: object) -> None:
-        self._reply.resolve(value)
-
-    def fail(self, error: BaseException) -> None:
-        if isinstance(error, SessionCrashedError):
-            self._system.tell_supervisor(Stop(reply=self), self._reply)
-        else:
-            self._reply.fail(error)
 
 
 class SessionSystem:
@@ -255,8 +151,9 @@ class SessionSystem:
         #: Where sessions persist beyond this process (None: memory only).
         self.store = store
         #: Writes the sessions' commits off the loop (a store that does I/O only).
-        self.committer, ownership = _persistence(store, port, self.clock, self.registry_id)
-        self._context = SessionContext(
+        self.committer, ownership = persistence(store, port, self.clock, self.registry_id)
+        #: What every session of the registry shares.
+        self.context = SessionContext(
             registry_id=self.registry_id,
             config=config,
             clock=self.clock,
@@ -279,7 +176,8 @@ class SessionSystem:
         self.timers = Timers(self.clock)
         self.books = Books()
         self.restarts: Restarts = Restarts(self)
-        self._parked_due = ParkedDeadlines()
+        #: Parked sessions by when a sweep next has work for them.
+        self.parked_due = ParkedDeadlines()
         #: Guards every session mailbox of this registry (SessionMailboxOwner).
         self.mailbox_lock = threading.Lock()
         self._takeover_lock = threading.Lock()
@@ -347,7 +245,7 @@ class SessionSystem:
         A supervisor that dies on the stop is replaced and told again, so a
         crash there cannot leave sessions running.
         """
-        self.tell_supervisor(Stop(reply=_StopReply(self, reply)), reply)
+        self.tell_supervisor(Stop(reply=StopReply(self, reply)), reply)
 
     def join(self) -> None:
         """After `shutdown` answered: stop the supervisor (no thread to wait for)."""
@@ -406,7 +304,7 @@ class SessionSystem:
     def file_parked(self, mailbox: SessionMailbox, parked: ParkedSession) -> None:
         config = self.config
         due = parked.sweep_due(config.disconnect_grace_s, config.replay_ttl_s)
-        self._parked_due.file(due, mailbox, parked)
+        self.parked_due.file(due, mailbox, parked)
 
     def session_crashed(self, report: CrashReport) -> None:
         self.tell_supervisor(Crashed(report=report))
@@ -417,122 +315,17 @@ class SessionSystem:
     def wake(self, mailbox: SessionMailbox) -> None:
         self.tell_supervisor(Wake(mailbox=mailbox))
 
-    # -- the supervisor's side (its turns only) ------------------------------------
+    # -- the supervisor's side (its turns only; the rest: supervisor._system_turns) --
 
     def dispatch(self, message: Any) -> None:
         handler = _HANDLERS[type(message)]
         handler(self, message)
-
-    def _start_session(self, message: Create) -> None:
-        if self.machine.stopping:
-            message.reply.fail(RegistryClosedError("the session registry is shut down"))
-            return
-        if message.session_id in self._routes:
-            message.reply.fail(DuplicateSessionError(message.session_id))
-            return
-        mailbox = SessionMailbox(message.session_id, self)
-        self._routes[message.session_id] = mailbox
-        SessionActor.start(mailbox=mailbox, context=self._context, opening=message.opening)
-
-    def _route_close(self, message: Closing) -> None:
-        # Out of the table at once, so a create of the same id right after
-        # close() returns succeeds; calls already queued are handled first.
-        mailbox = self._routes.pop(message.session_id, None)
-        if mailbox is None:
-            message.reply.resolve(None)
-            return
-        reply = _CloseReply(self, mailbox, message.reply)
-        try:
-            mailbox.tell(Call(command=message.command, reply=reply))
-        except InboxClosedError:
-            message.reply.resolve(None)
-
-    def _reopen(self, message: Reopen) -> None:
-        """A close that crashed never happened: route the session again, then answer."""
-        mailbox = message.mailbox
-        if mailbox.session_id not in self._routes and mailbox.phase != MailboxPhase.CLOSED:
-            self._routes[mailbox.session_id] = mailbox
-        message.answer.fail(message.error)
-
-    def _forget(self, message: Gone) -> None:
-        self.unroute(message.mailbox)
-        self.books.retire(message.actor_urn, message.reason)
 
     def unroute(self, mailbox: SessionMailbox) -> None:
         """A session left: out of the table (unless its id is someone else's now)."""
         if self._routes.get(mailbox.session_id) is mailbox:
             del self._routes[mailbox.session_id]
             self.machine.session_left(mailbox.session_id)
-
-    def _sweep(self, message: Sweep) -> None:
-        now = message.now
-        for mailbox, parked in self._parked_due.take_due(now):
-            self._sweep_parked(mailbox, parked, now)
-        live = [mailbox for mailbox in self._routes.values() if mailbox.parked is None]
-        countdown = _CountDown(len(live), message.reply)
-        tick = Tick(now=now)
-        # A session proposed parking gets its tick with the proposal
-        # (Passivate.tick); ids, not the mailboxes: nothing more is kept alive.
-        ticked: set[int] = set()
-        if self.machine.passivate_after_s is not None:
-            routed = {id(mailbox) for mailbox in live}
-            for actor in self.books.live_actors():
-                park = self.machine.park(now, actor.parkable_since)
-                if park is None:
-                    continue
-                mailbox, call = actor.mailbox, None
-                if id(mailbox) in routed and id(mailbox) not in ticked:
-                    ticked.add(id(mailbox))
-                    call = Call(command=tick, reply=countdown, internal=True)
-                proposal = Passivate(now=park.now, after_s=park.after_s, tick=call)
-                if not mailbox.tell_if_live(proposal) and call is not None:
-                    countdown.resolve(None)  # parked meanwhile: the next sweep prunes it
-        for mailbox in live:
-            if id(mailbox) in ticked:
-                continue
-            if not mailbox.tell_if_live(Call(command=tick, reply=countdown, internal=True)):
-                countdown.resolve(None)  # parked meanwhile: the next sweep prunes it
-        if self.leases is not None:
-            self.leases.renew()
-        self.restarts.judge_health(now)
-
-    def _sweep_parked(self, mailbox: SessionMailbox, parked: ParkedSession, now: float) -> None:
-        decision = self.machine.parked_due(parked, now)
-        if isinstance(decision, ExpireParked):
-            if mailbox.close_if_parked():
-                # What a live session's expiry tells: "expired", then "closed".
-                self.unroute(mailbox)
-                self.books.parked_left(parked, reason="expired")
-                if self.leases is not None:
-                    self.leases.forget(mailbox)
-                self.notify(LifecycleEvent.about("expired", parked, "disconnect_grace"))
-                self.notify(LifecycleEvent.about("closed", parked, None))
-            return  # closed, or being woken (its next park files it anew)
-        if isinstance(decision, PruneParked) and mailbox.replace_parked(decision.pruned):
-            self.books.parked_pruned(parked, decision.pruned)
-            parked = decision.pruned
-        if mailbox.phase == MailboxPhase.PARKED and mailbox.parked is parked:
-            # Due again later (or at the next sweep, where a float's rounding
-            # kept a check just short of its due time).
-            self.file_parked(mailbox, parked)
-
-    def _stop_sessions(self, message: Stop) -> None:
-        self.machine.stop()
-        mailboxes = {id(m): m for m in self._routes.values()}
-        for actor in self.books.live_actors():
-            mailboxes.setdefault(id(actor.mailbox), actor.mailbox)
-        countdown = _CountDown(len(mailboxes), message.reply)
-        for mailbox in mailboxes.values():
-            parked = mailbox.take_parked()
-            if parked is not None:
-                self.books.parked_left(parked, reason="shutdown")
-                answer_closed(mailbox)
-                countdown.resolve(None)
-                continue
-            try:
-                mailbox.tell(Shutdown(reply=countdown))
-            except InboxClosedError:
-                countdown.resolve(None)
 
     def activate(self, message: Wake) -> None:
         mailbox = message.mailbox
@@ -543,7 +336,7 @@ class SessionSystem:
         if isinstance(self.machine.wake(), AnswerClosed):
             answer_closed(mailbox)
             return
-        SessionActor.start(mailbox=mailbox, context=self._context, parked=parked)
+        SessionActor.start(mailbox=mailbox, context=self.context, parked=parked)
 
     # -- supervisors coming and going --------------------------------------------------
 
@@ -599,27 +392,6 @@ class SessionSystem:
             return True
 
 
-class _CloseReply:
-    """A close's reply: on a crash, the supervisor puts the session back first."""
-
-    __slots__ = ("_mailbox", "_reply", "_system")
-
-    def __init__(self, system: SessionSystem, mailbox: SessionMailbox, reply: Reply) -> None:
-        self._system = system
-        self._mailbox = mailbox
-        self._reply = reply
-
-    def resolve(self, value: object) -> None:
-        self._reply.resolve(value)
-
-    def fail(self, error: BaseException) -> None:
-        if isinstance(error, SessionCrashedError):
-            reopen = Reopen(mailbox=self._mailbox, answer=self._reply, error=error)
-            self._system.tell_supervisor(reopen)
-        else:
-            self._reply.fail(error)
-
-
 def _leases(system: SessionSystem) -> Leases:
     leases = system.leases
     assert leases is not None  # noqa: S101 - only a registry with a store adopts or renews
@@ -627,13 +399,13 @@ def _leases(system: SessionSystem) -> Leases:
 
 
 _HANDLERS: dict[type[Any], Callable[[SessionSystem, Any], None]] = {
-    Create: SessionSystem._start_session,
-    Closing: SessionSystem._route_close,
-    Reopen: SessionSystem._reopen,
-    Gone: SessionSystem._forget,
-    Sweep: SessionSystem._sweep,
+    Create: start_session,
+    Closing: route_close,
+    Reopen: reopen,
+    Gone: forget,
+    Sweep: sweep,
     LeasesRenewed: lambda system, message: _leases(system).renewed(message),
-    Stop: SessionSystem._stop_sessions,
+    Stop: stop_sessions,
     Wake: SessionSystem.activate,
     Crashed: lambda system, message: system.restarts.decide(message),
     Proceed: lambda system, message: system.restarts.proceed(message),

@@ -13,12 +13,16 @@ the supervisor's turns:
   holds; one the store refuses was taken over elsewhere: a parked session is
   closed here, a live one told `Replaced` (it lets go itself).
 * **Delete.** A parked session that expired leaves the store too.
+
+`persistence` builds what a registry with a store starts with: its
+`StoreOwnership`, and its committer if the store does I/O.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Protocol, cast
 
 from actors._commands import AuthenticateResume, LifecycleEvent, Resume
@@ -26,15 +30,31 @@ from actors._errors import InvalidResumeTokenError, StoreError
 from actors._lifecycle import ParkedSession
 from actors._mailbox import InboxClosedError, SessionMailbox
 from actors._ownership import Renewals, StoreOwnership, Takeover
-from actors._ports import Reply
-from actors._store import parked_from_store
+from actors._ports import LoopPort, Reply
+from actors._store import BatchingStore, SessionStore, parked_from_store
 from actors._supervisor_machine import SupervisorMachine, TakeOver, WaitForTakeover
 from actors._supervisor_mail import Call, Replaced, answer_unknown
 from supervisor._system_books import Adopt, Adopted, Books, LeasesRenewed
+from supervisor.stores._committer import StoreCommitter
 
-__all__ = ["Leases", "LeasesHost"]
+__all__ = ["Leases", "LeasesHost", "persistence"]
 
 logger = logging.getLogger("duplex_supervisor.supervisor")
+
+
+def persistence(
+    store: SessionStore | None, port: LoopPort, clock: Callable[[], float], registry_id: str
+) -> tuple[StoreCommitter | None, StoreOwnership | None]:
+    """A registry's committer (a store that does I/O only) and its `StoreOwnership`."""
+    if store is None:
+        return None, None
+    committer = (
+        StoreCommitter(store, port, name=registry_id) if isinstance(store, BatchingStore) else None
+    )
+    ownership = StoreOwnership(
+        store=store, committer=committer, clock=clock, registry_id=registry_id
+    )
+    return committer, ownership
 
 
 class LeasesHost(Protocol):
