@@ -19,13 +19,14 @@ script touches one slot:
 * ``:types``, a set: the client event types the workers' engine takes.
 * ``:counts``, a hash: ``redelivered``, ``fenced``, ``duplicates``.
 
-A worker's `publish` is one Lua script, so it is atomic: it refuses (and
-counts as fenced) a message for an entry that is no longer pending under
-that worker (another worker claimed it: this one is late) or from a lease
-generation older than the session's; it drops (and counts) a ``message_id``
-already published; else it appends the message to the owner's stream. So a
-redelivered input answered twice is journaled once, and a late worker never
-writes into a session that moved on.
+A worker's `publish` is one Lua script (`supervisor._engine_bus_scripts`
+holds them all), so it is atomic: it refuses (and counts as fenced) a
+message for an entry that is no longer pending under that worker (another
+worker claimed it: this one is late) or from a lease generation older than
+the session's; it drops (and counts) a ``message_id`` already published;
+else it appends the message to the owner's stream. So a redelivered input
+answered twice is journaled once, and a late worker never writes into a
+session that moved on.
 
 Every script declares every key it touches (``KEYS``), as Redis requires of
 a script that runs on a cluster: the owner's stream is named by the caller,
@@ -52,14 +53,21 @@ import contextlib
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal, TypeVar, cast
-
-import anyio
-import anyio.to_thread
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, Literal, cast
 
 from actors._errors import StoreUnavailableError
+from supervisor._engine_bus_callers import (
+    RETRY_S,  # noqa: F401 - importable from here, as before
+    Delivery,
+    LeaseFence,
+    T,  # noqa: F401 - importable from here, as before
+    call_until_reachable,
+)
+from supervisor._engine_bus_scripts import CLAIM as _CLAIM
+from supervisor._engine_bus_scripts import HOLD as _HOLD
+from supervisor._engine_bus_scripts import PUBLISH as _PUBLISH
+from supervisor._engine_bus_scripts import RELEASE as _RELEASE
 from supervisor.messages import (
     EngineMessage,
     GatewayMessage,
@@ -92,8 +100,6 @@ logger = logging.getLogger("duplex_supervisor.supervisor")
 #: another worker claims it: what a dead worker's inputs wait, at most.
 DEFAULT_VISIBILITY_S = 5.0
 
-T = TypeVar("T")
-
 GROUP = "workers"
 PublishVerdict = Literal["sent", "fenced", "stale", "duplicate", "orphaned"]
 
@@ -103,121 +109,6 @@ OWNER_CHASES = 8
 
 #: Sessions whose owner a bus remembers for `publish` (the oldest forgotten).
 OWNERS_REMEMBERED = 4096
-
-# KEYS: in, lease, owner, counts, seen, out (the owner's stream, as guessed) ;
-# ARGV: group, consumer, entry_id, session_id, lease_generation, message_id,
-# encoded, guessed owner ('' for none), seen_ttl_ms
-# A guess that is not the owner now: {'moved', owner or ''}, nothing changed.
-_PUBLISH = """
-local mine = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1, ARGV[2])
-if #mine == 0 then
-  redis.call('HINCRBY', KEYS[4], 'fenced', 1)
-  return 'stale'
-end
-local current = tonumber(redis.call('HGET', KEYS[2], ARGV[4]) or '0')
-if tonumber(ARGV[5]) < current then
-  redis.call('HINCRBY', KEYS[4], 'fenced', 1)
-  return 'fenced'
-end
-local owner = redis.call('HGET', KEYS[3], ARGV[4])
-if (owner or '') ~= ARGV[8] then return {'moved', owner or ''} end
-if redis.call('SADD', KEYS[5], ARGV[6]) == 0 then
-  redis.call('HINCRBY', KEYS[4], 'duplicates', 1)
-  return 'duplicate'
-end
-redis.call('PEXPIRE', KEYS[5], ARGV[9])
-if not owner then return 'orphaned' end
-redis.call('XADD', KEYS[6], '*', 'm', ARGV[7])
-return 'sent'
-"""
-
-# KEYS: in ; ARGV: group, consumer, ack (1|0), ids...
-# Only entries still pending under this consumer: a late worker neither
-# heartbeats nor acknowledges what another worker claimed from it.
-_HOLD = """
-local held = 0
-for i = 4, #ARGV do
-  local mine = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1, ARGV[2])
-  if #mine > 0 then
-    held = held + 1
-    if ARGV[3] == '1' then
-      redis.call('XACK', KEYS[1], ARGV[1], ARGV[i])
-      redis.call('XDEL', KEYS[1], ARGV[i])
-    else
-      redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[i], 'JUSTID')
-    end
-  end
-end
-return held
-"""
-
-# KEYS: lease, owner ; ARGV: session_id, gateway
-_CLAIM = """
-local generation = redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
-return generation
-"""
-
-# KEYS: lease, owner, seen ; ARGV: session_id, gateway
-_RELEASE = """
-if redis.call('HGET', KEYS[2], ARGV[1]) == ARGV[2] then
-  redis.call('HDEL', KEYS[2], ARGV[1])
-  redis.call('DEL', KEYS[3])
-  return 1
-end
-return 0
-"""
-
-
-#: How long a call to an unreachable Redis waits before it is tried again.
-RETRY_S = 0.2
-
-
-async def call_until_reachable(call: Callable[..., T], *args: object) -> T:
-    """``call(*args)`` on a worker thread, tried again while Redis is unreachable
-    (a restart): what a worker or a gateway sends is delayed, never dropped."""
-    while True:
-        try:
-            return await anyio.to_thread.run_sync(call, *args, abandon_on_cancel=True)
-        except StoreUnavailableError as exc:
-            logger.warning("engine bus: %s; trying again", exc)
-            await anyio.sleep(RETRY_S)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Delivery:
-    """One entry of the input stream, as a worker received it."""
-
-    entry_id: str
-    message: GatewayMessage
-    #: Another worker had it first (claimed after the visibility timeout).
-    redelivered: bool
-
-
-class LeaseFence:
-    """The gateway's side of fencing: per session the lease generation it holds;
-    an engine message from an older one is refused and counted."""
-
-    def __init__(self) -> None:
-        self._current: dict[str, int] = {}
-        self.fenced = 0
-
-    def hold(self, session_id: str, lease_generation: int) -> None:
-        self._current[session_id] = max(self._current.get(session_id, 0), lease_generation)
-
-    def drop(self, session_id: str) -> None:
-        self._current.pop(session_id, None)
-
-    def generation(self, session_id: str) -> int | None:
-        return self._current.get(session_id)
-
-    def admit(self, message: EngineMessage) -> bool:
-        """Whether ``message`` may reach its session here (held, and not older)."""
-        current = self._current.get(message.session_id)
-        if current is None or message.lease_generation < current:
-            self.fenced += 1
-            return False
-        return True
 
 
 def _stream_entries(answer: Any) -> list[Any]:
