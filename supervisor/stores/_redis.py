@@ -24,6 +24,12 @@ with ``appendonly yes`` and ``appendfsync always`` every acknowledged write
 is on disk; with ``everysec`` (Redis's default for AOF) an OS crash or power
 loss can lose up to the last second of writes; without AOF, whatever came
 after the last RDB snapshot.
+
+One module over 400 lines: `RedisStore` is the whole `SessionStore` protocol
+(and `BatchingStore`) in one class, each method one script call or one
+pipeline with its error mapping, and what is not the protocol already lives
+outside it (the scripts: `_redis_scripts`; the codec: `_redis_codec`; the
+cluster client: `_redis_cluster`).
 """
 
 from __future__ import annotations
@@ -86,10 +92,6 @@ DEFAULT_KEY_TTL_S = 24 * 3600.0
 _LOST = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 
 
-# Over ~400 lines: the whole `SessionStore` protocol (and `BatchingStore`), each
-# method one script call or one pipeline with its error mapping; the scripts
-# (_redis_scripts.py), the codec (_redis_codec.py) and the cluster client
-# (_redis_cluster.py) live outside the class.
 class RedisStore:
     """A `SessionStore` on one Redis (see the module).
 
