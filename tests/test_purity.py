@@ -20,6 +20,7 @@ PURE_MODULES = (
     "_state",
     "_transition",
     "_journal",
+    "_event_json",
     "_credential",
     "_commands",
     "_lifecycle",
