@@ -39,9 +39,9 @@ from actors._store import identity_fingerprint
 from supervisor.doors._door import AsyncSessionRegistry
 from supervisor.gateway._auth import Authenticate, Handshake, Unauthorized
 from supervisor.gateway._config import GatewayConfig, GatewayCounters
-from supervisor.gateway._core import Throttles
 from supervisor.gateway._limits import AddressCounter
 from supervisor.gateway._protocol import OpenSession, ProtocolError, ResumeSession
+from supervisor.gateway._throttles import Throttles
 
 __all__ = ["Admission", "Close", "Send", "UntilStored", "store_unavailable"]
 

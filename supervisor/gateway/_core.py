@@ -12,27 +12,33 @@ The shells (the trio server, the ASGI app) only move bytes and time in and
 out; `GatewayService.converse` (`supervisor.gateway._service`) carries the
 actions out against a registry, an engine and a transport. The protocol is written once, here.
 
-`InputLedger` is a session's answered ids, kept for the session's
-whole life (across connections): it decides whether an input is new, a
-repeat, over the in-flight cap or past the lifetime bound.
-
-`ClientSequence` is a session's last accepted ``client_seq`` (O(1) per
-session, across connections, plus the runs a store says another process
-handled above it): each sequenced client event is accepted once, in order; a
-repeat is dropped and counted, a jump ahead refused.
+Re-exported here: the actions (`supervisor.gateway._actions`); what a
+session keeps across its connections, `InputLedger` and `ClientSequence`
+(`supervisor.gateway._ledgers`); the failed resumes and credentials
+counted, `Throttles` (`supervisor.gateway._throttles`).
 """
 
 from __future__ import annotations
 
 import enum
-import hashlib
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Literal
 
-from actors._client_seqs import ClientWatermark, Runs
+from supervisor.gateway._actions import (
+    Action,
+    AnswerInput,
+    CallAck,
+    CloseSocket,
+    DeliverEvent,
+    EndConnection,
+    EndSession,
+    OpenRequested,
+    Ping,
+    ResumeRequested,
+    SendDirect,
+    SendThroughSession,
+)
 from supervisor.gateway._config import GatewayConfig
-from supervisor.gateway._limits import ByteRate, FailureThrottle, InputRate
+from supervisor.gateway._ledgers import ClientSequence, InputLedger, InputVerdict, SequenceVerdict
+from supervisor.gateway._limits import ByteRate, InputRate
 from supervisor.gateway._protocol import (
     BUILTIN_EVENT_TYPES,
     CLOSE_CODES,
@@ -48,6 +54,7 @@ from supervisor.gateway._protocol import (
     error_frame,
     parse_client_frame,
 )
+from supervisor.gateway._throttles import Throttles
 
 __all__ = [
     "Action",
@@ -66,6 +73,7 @@ __all__ = [
     "ResumeRequested",
     "SendDirect",
     "SendThroughSession",
+    "SequenceVerdict",
     "Throttles",
     "TransportClosedError",
 ]
@@ -75,213 +83,11 @@ class TransportClosedError(Exception):
     """A shell's WebSocket is closed (by either side): no more messages either way."""
 
 
-#: What `InputLedger.decide` says about an input.
-InputVerdict = Literal["answer", "duplicate", "busy", "input_limit"]
-
-#: What `ClientSequence.accept` says about a client event's ``client_seq``.
-SequenceVerdict = Literal["accepted", "repeat", "ahead"]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SendDirect:
-    """Put ``frame`` on the socket itself (no session to send through yet)."""
-
-    frame: Mapping[str, object]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SendThroughSession:
-    """Send ``frame`` through the session, unjournaled, in order with its events."""
-
-    frame: Mapping[str, object]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CloseSocket:
-    """Close the WebSocket with ``code`` and ``reason``; the connection ends."""
-
-    code: int
-    reason: str
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class EndConnection:
-    """Stop serving this connection (it is closed normally by the shell)."""
-
-    why: str
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class OpenRequested:
-    """Admit a new session (secret, caps), create it, send ``session.created``."""
-
-    frame: OpenSession
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ResumeRequested:
-    """Run the seed's resume flow for ``frame``."""
-
-    frame: ResumeSession
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CallAck:
-    """``registry.acknowledge(session, server_event_seq)``."""
-
-    server_event_seq: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AnswerInput:
-    """Start the engine's answer to a new input (already counted in flight)."""
-
-    client_event_id: str
-    text: str
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DeliverEvent:
-    """Sequence a client event against its session, then hand it to the engine;
-    report the verdict with `ConnectionCore.event_verdict`."""
-
-    event: ClientEvent
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class EndSession:
-    """The client closed its session for good: close it, then the socket (1000)."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Ping:
-    """Ping the peer; report its pong with `ConnectionCore.pong`."""
-
-
-Action = (
-    SendDirect
-    | SendThroughSession
-    | CloseSocket
-    | EndConnection
-    | OpenRequested
-    | ResumeRequested
-    | CallAck
-    | AnswerInput
-    | DeliverEvent
-    | EndSession
-    | Ping
-)
-
-
 class Phase(enum.Enum):
     FIRST_FRAME = "first_frame"
     ADMITTING = "admitting"
     OPEN = "open"
     ENDED = "ended"
-
-
-def _digest(client_event_id: str) -> bytes:
-    return hashlib.blake2b(client_event_id.encode("utf-8"), digest_size=16).digest()
-
-
-@dataclass(slots=True)
-class InputLedger:
-    """One session's inputs for its whole life: answered ids (16-byte digests),
-    answers in flight. Only an input to answer is remembered."""
-
-    max_ids: int
-    max_in_flight: int
-    answered: set[bytes] = field(default_factory=set)
-    in_flight: int = 0
-
-    def decide(self, client_event_id: str) -> InputVerdict:
-        digest = _digest(client_event_id)
-        if digest in self.answered:
-            return "duplicate"
-        if len(self.answered) >= self.max_ids:
-            return "input_limit"
-        if self.in_flight >= self.max_in_flight:
-            return "busy"
-        self.answered.add(digest)
-        self.in_flight += 1
-        return "answer"
-
-    def done(self) -> None:
-        """One answer finished (sent, or given up with its session)."""
-        self.in_flight = max(0, self.in_flight - 1)
-
-
-@dataclass(slots=True)
-class ClientSequence:
-    """A session's last accepted ``client_seq``, the repeats it dropped, and the
-    runs above ``last`` handled elsewhere (by a process that held the session
-    before, as its store says): repeats too, once the client resends them."""
-
-    last: int = 0
-    repeats: int = 0
-    handled_above: Runs = ()
-
-    def accept(self, client_seq: int) -> SequenceVerdict:
-        if client_seq <= self.last:
-            self.repeats += 1
-            return "repeat"
-        if client_seq != self.last + 1:
-            return "ahead"
-        self.last = client_seq
-        runs = self.handled_above
-        if runs and runs[0][0] <= client_seq:
-            if client_seq >= runs[0][1]:
-                self.handled_above = runs[1:]
-            self.repeats += 1
-            return "repeat"
-        return "accepted"
-
-    def catch_up(self, stored: ClientWatermark) -> None:
-        """Take in what the store says was handled (by any process)."""
-        ours = ClientWatermark(last_client_seq=self.last, handled_above=self.handled_above)
-        merged = ours.merged(stored)
-        self.last, self.handled_above = merged.last_client_seq, merged.handled_above
-
-
-class Throttles:
-    """Failed resumes (per client address and per session) and wrong secrets or
-    refused identities (per client address). Only a failure is ever refused:
-    callers verify the credential first and come here once it was wrong, so
-    the right token or secret is never answered throttled. Each failure
-    counts; the answer is the failure's own error until its key is blocked."""
-
-    def __init__(self, config: GatewayConfig) -> None:
-        keys = config.throttle_max_addresses
-        self._resumes = FailureThrottle(
-            config.resume_failures_allowed, config.resume_failure_window_s, keys
-        )
-        self._sessions = FailureThrottle(
-            config.session_resume_failures_allowed, config.session_resume_failure_window_s, keys
-        )
-        self._secrets = FailureThrottle(
-            config.secret_failures_allowed, config.secret_failure_window_s, keys
-        )
-
-    def __len__(self) -> int:
-        """Keys (addresses, sessions) held now: bounded and expiring."""
-        return len(self._resumes) + len(self._sessions) + len(self._secrets)
-
-    def failed_resume(
-        self, address: str, session_id: str, error: ProtocolError, now: float
-    ) -> ProtocolError:
-        blocked = self._resumes.blocked(address, now) or self._sessions.blocked(session_id, now)
-        self._resumes.failed(address, now)
-        self._sessions.failed(session_id, now)
-        if blocked:
-            return ProtocolError("resume_throttled", "too many failed resumes; wait and retry")
-        return error
-
-    def failed_credential(self, address: str, message: str, now: float) -> ProtocolError:
-        blocked = self._secrets.blocked(address, now)
-        self._secrets.failed(address, now)
-        if blocked:
-            return ProtocolError("secret_throttled", "too many wrong secrets from this address")
-        return ProtocolError("unauthorized", message)
 
 
 class ConnectionCore:

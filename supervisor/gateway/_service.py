@@ -33,26 +33,24 @@ from actors._errors import (
 )
 from supervisor._log_limit import LogLimiter
 from supervisor.doors._door import AsyncSessionRegistry
-from supervisor.gateway._admission import Admission, Close, Send, store_unavailable
-from supervisor.gateway._auth import Authenticate, Handshake
-from supervisor.gateway._config import GatewayConfig, GatewayCounters
-from supervisor.gateway._core import (
+from supervisor.gateway._actions import (
     Action,
     AnswerInput,
     CallAck,
     CloseSocket,
-    ConnectionCore,
     DeliverEvent,
     EndConnection,
     EndSession,
     OpenRequested,
-    Phase,
     Ping,
     ResumeRequested,
     SendDirect,
     SendThroughSession,
-    TransportClosedError,
 )
+from supervisor.gateway._admission import Admission, Close, Send, store_unavailable
+from supervisor.gateway._auth import Authenticate, Handshake
+from supervisor.gateway._config import GatewayConfig, GatewayCounters
+from supervisor.gateway._core import ConnectionCore, Phase, TransportClosedError
 from supervisor.gateway._departures import Departures
 from supervisor.gateway._engine import Engine
 from supervisor.gateway._operations import GatewayMetrics

@@ -53,7 +53,6 @@ from actors._errors import (
 )
 from actors._store import input_key
 from supervisor.doors._door import AsyncSessionRegistry
-from supervisor.gateway._core import ClientSequence, InputLedger, InputVerdict, SequenceVerdict
 from supervisor.gateway._engine import (
     ClientEvent,
     Engine,
@@ -62,6 +61,7 @@ from supervisor.gateway._engine import (
     SessionPresence,
     client_event_types,
 )
+from supervisor.gateway._ledgers import ClientSequence, InputLedger, InputVerdict, SequenceVerdict
 
 __all__ = ["EngineWork", "TaskSpawner"]
 
