@@ -3,11 +3,18 @@ against a transport.
 
 `GatewayService` is what the trio server (`supervisor.gateway._server`)
 and the ASGI app (`supervisor.gateway.asgi`) share. A shell accepts a
-WebSocket, wraps it as a `Transport` and calls `GatewayService.converse`,
+WebSocket, wraps it as a `Transport` (`supervisor.gateway._transport`,
+re-exported here) and calls `GatewayService.converse`,
 which feeds a `ConnectionCore` the client's
 messages and the clock, and carries its actions out (the registry, the
 engine, the socket). It runs on anyio, so on trio or asyncio alike; the
 registry must be the door of the loop it runs on.
+
+One module over 400 lines: `GatewayService` alone is about 400, its methods
+(the registry's observer, a connection's loop, each action carried out)
+working on one shared state (the registry, the engine's work, the live
+sockets, the counters), which splitting the class would only scatter over
+mixins.
 """
 
 from __future__ import annotations
@@ -17,9 +24,8 @@ import dataclasses
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
 
 import anyio
 import anyio.abc
@@ -61,32 +67,14 @@ from supervisor.gateway._protocol import (
     frame_text,
 )
 from supervisor.gateway._sessions import EngineWork, TaskSpawner
+from supervisor.gateway._transport import Transport, _SocketSend
 
-__all__ = ["GOING_AWAY", "GatewayService", "Transport", "TransportClosedError"]
+# _SocketSend lives in _transport.py; listed so that its tests may import it from here.
+__all__ = ["GOING_AWAY", "GatewayService", "Transport", "TransportClosedError", "_SocketSend"]
 
 logger = logging.getLogger("duplex_supervisor.supervisor")
 
 GOING_AWAY = 1001
-
-
-class Transport(Protocol):
-    """One accepted WebSocket, as a shell provides it."""
-
-    async def receive(self) -> str | bytes:
-        """The next whole message; `TransportClosedError` once closed."""
-        ...
-
-    async def send(self, text: str) -> None:
-        """One text message; `TransportClosedError` if closed."""
-        ...
-
-    async def close(self, code: int, reason: str | None) -> None:
-        """Close (bounded in time, idempotent)."""
-        ...
-
-    async def ping(self) -> None:
-        """Ping and wait for the pong (only called when the shell keeps alive)."""
-        ...
 
 
 @dataclass(slots=True)
@@ -503,53 +491,3 @@ def _socket_transport(service: GatewayService, ws: Transport) -> tuple[Send, Clo
         await ws.close(code, reason)
 
     return _SocketSend(service, ws), close
-
-
-class _SocketSend:
-    """A client's socket as the registry's ``send``: each frame timed and counted.
-
-    With a socket that can write a frame at once (`ServerWebSocket.send_now`,
-    the trio shell's, not TLS), its ``send_now`` lets the session's outbox
-    write a lone event in its sender's step instead of its pump's; ``None``
-    with any other socket.
-    """
-
-    __slots__ = ("_service", "_ws", "_ws_send_now", "send_now")
-
-    def __init__(self, service: GatewayService, ws: Transport) -> None:
-        self._service = service
-        self._ws = ws
-        self._ws_send_now: Callable[[bytes], bool] | None = getattr(ws, "send_now", None)
-        self.send_now = self._send_now if self._ws_send_now is not None else None
-
-    async def __call__(self, frame: Mapping[str, object]) -> None:
-        # The real clock for a real latency, and far cheaper per frame than
-        # anyio.current_time(), which looks the event loop up each call.
-        service = self._service
-        started = time.perf_counter()
-        service.sends_in_progress += 1
-        try:
-            await self._ws.send(frame_text(frame))
-        finally:
-            service.sends_in_progress -= 1
-        service.frames_delivered += 1
-        service.metrics.send_latency.observe(time.perf_counter() - started)
-
-    def _send_now(self, frame: Mapping[str, object], encoded: bytes | None) -> bool:
-        """``frame`` written at once, or ``False``: nothing written (await the send).
-
-        ``encoded``: the journal's compact JSON of the frame, which is
-        `frame_text`'s (the same encoder options), so nothing is encoded here,
-        in the session's turn. An unjournaled frame (``None``) goes the
-        pump's way: a payload that is no JSON fails its send there, as an
-        answer to its caller."""
-        assert self._ws_send_now is not None  # noqa: S101 - set only with it
-        if encoded is None:
-            return False
-        started = time.perf_counter()
-        if not self._ws_send_now(encoded):
-            return False
-        service = self._service
-        service.frames_delivered += 1
-        service.metrics.send_latency.observe(time.perf_counter() - started)
-        return True
