@@ -20,13 +20,17 @@ below the oldest event not yet handled (an input whose answer is in flight),
 and that process takes the events handled above it as repeats: an input
 whose process died mid-answer is answered there, once. Each session's
 accepted events of the engine's declared types reach
-``engine.on_client_event`` in order, through one task per session; a
-``response.cancel`` cancels the scopes it names at once.
+``engine.on_client_event`` in order, through one task per session (queued
+in its `_Inbox`, `supervisor.gateway._inbox`); a ``response.cancel``
+cancels the scopes it names at once.
 
 With a session store, an input new to this process asks the store first
 (`SessionStore.claim_input`): an input another process already answered
 (its ``response.done`` journaled, which the replay carries) is answered
 ``input.duplicate``, not a second time.
+
+A little over 400 lines: `EngineWork` and `_Live`, the record it keeps and
+changes per session, are read together.
 """
 
 from __future__ import annotations
@@ -34,7 +38,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -61,9 +64,11 @@ from supervisor.gateway._engine import (
     SessionPresence,
     client_event_types,
 )
+from supervisor.gateway._inbox import _Inbox
 from supervisor.gateway._ledgers import ClientSequence, InputLedger, InputVerdict, SequenceVerdict
 
-__all__ = ["EngineWork", "TaskSpawner"]
+# _Inbox lives in _inbox.py; listed so that its tests may import it from here.
+__all__ = ["EngineWork", "TaskSpawner", "_Inbox"]
 
 
 class TaskSpawner(Protocol):
@@ -83,49 +88,6 @@ EVENT_BUFFER = 64
 
 #: Errors of ``send_event`` that mean the session is over for good.
 _SESSION_ENDED = (KeyError, SessionFailedError, RegistryClosedError)
-
-
-class _Inbox:
-    """A session's accepted client events on their way to the engine: bounded
-    (a full inbox makes the connection's reading wait), closed at the session's end."""
-
-    def __init__(self, capacity: int) -> None:
-        self._items: deque[ClientEvent] = deque()
-        self._capacity = capacity
-        self._changed: anyio.Event | None = None
-        self.closed = False
-
-    async def _wait(self) -> None:
-        if self._changed is None:
-            self._changed = anyio.Event()
-        await self._changed.wait()
-
-    def _notify(self) -> None:
-        if self._changed is not None:
-            self._changed.set()
-            self._changed = None
-
-    async def put(self, event: ClientEvent) -> None:
-        while len(self._items) >= self._capacity and not self.closed:
-            await self._wait()
-        if not self.closed:
-            self._items.append(event)
-            self._notify()
-
-    async def get(self) -> ClientEvent | None:
-        """The next event; ``None`` once closed."""
-        while not self._items:
-            if self.closed:
-                return None
-            await self._wait()
-        event = self._items.popleft()
-        self._notify()
-        return event
-
-    def close(self) -> None:
-        self.closed = True
-        self._items.clear()
-        self._notify()
 
 
 @dataclass(slots=True)
