@@ -30,6 +30,11 @@ each wait for its next new event, the run's end closing the last one
 (`ClientReport.waits_after_fault`), so the caller can tell how long the
 sessions the fault touched could not get through, and how long the others
 waited meanwhile.
+
+(One module over 400 lines: `_Client` is one client's whole run, its
+connection, its cuts and both directions' books, over state every part
+shares, so it stays one class; its config, targets and reports are in
+``_chaos_terms``, its wire in ``_wire_client``.)
 """
 
 from __future__ import annotations
