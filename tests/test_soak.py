@@ -1,7 +1,7 @@
 """Soak: a gateway under churning chaos clients for a bounded time.
 
 ``DUPLEX_SOAK_SECONDS`` sets how long (default 100 s, about two minutes with
-set-up and drain, so the whole suite stays well inside CI's 20 minutes);
+set-up and drain, a small share of CI's 30 minutes);
 ``DUPLEX_SOAK_SECONDS=1800 pytest tests/test_soak.py`` soaks for half an hour.
 ``DUPLEX_FIGURES=figures.jsonl`` appends the run's figures to that file.
 
