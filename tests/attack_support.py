@@ -214,7 +214,13 @@ class ServerProcess:
             return tcp
         context = ssl.create_default_context(cafile=self.tls_ca)
         tls = trio.SSLStream(tcp, context, server_hostname=self.host)
-        await tls.do_handshake()
+        try:
+            await tls.do_handshake()
+        except BaseException:
+            # A failed handshake leaves the socket in a reference cycle: closed
+            # here, not by a later garbage collection inside another test.
+            await trio.aclose_forcefully(tcp)
+            raise
         return tls
 
     async def client(self, *, local_address: str | None = None) -> RawClient:

@@ -10,7 +10,7 @@ from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, RejectConnection, Request
 
 from supervisor.cli._chaos import ChaosConfig, Targets, _Client, run_chaos
-from supervisor.cli._wire_client import WireRejectedError
+from supervisor.cli._wire_client import WireClient, WireRejectedError
 from supervisor.gateway._engine import EngineConfig
 from supervisor.gateway._server import GatewayConfig
 from tests.attack_support import reset_on_close
@@ -166,3 +166,33 @@ async def test_a_resume_its_process_dies_under_goes_on_elsewhere_with_no_error(
                 client.on_frame(await ws.receive_json())
             assert client.report.answered == 1, client.report
             await ws.close()
+
+
+async def test_an_open_whose_first_frame_breaks_cuts_its_connection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Connected, then the session.open frame's send broke (its process died
+    # that moment): the connection is the client's to cut, not the garbage
+    # collector's (whose "unclosed socket" warning would land in some later test).
+    connected: list[WireClient] = []
+    connect = _Client.connect
+
+    async def recording_connect(self: _Client) -> WireClient:
+        ws = await connect(self)
+        connected.append(ws)
+        return ws
+
+    async def broken_send(self: WireClient, frame: dict[str, object]) -> None:
+        raise trio.BrokenResourceError("the process died")
+
+    monkeypatch.setattr(_Client, "connect", recording_connect)
+    monkeypatch.setattr(WireClient, "send_json", broken_send)
+    with trio.fail_after(LIMIT):
+        async with running_gateway(GatewayConfig(port=0)) as harness:
+            client = _Client(0, Targets([harness.url]), ChaosConfig(clients=1))
+            await client.run(trio.current_time() + 1)
+    assert client.report.error_codes == {"BrokenResourceError": 1}
+    assert len(connected) == 1
+    stream = connected[0]._stream
+    assert isinstance(stream, trio.SocketStream)
+    assert stream.socket.fileno() == -1  # closed

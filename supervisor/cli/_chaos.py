@@ -226,9 +226,9 @@ class _Client:
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def open(self) -> WireClient:
-        ws = await self.connect()
+        # Held before the first send: a send that breaks leaves it to run()'s cut.
+        ws = self.ws = await self.connect()
         await ws.send_json({"type": "session.open", "secret": self.config.secret})
-        self.ws = ws
         created = await ws.receive_json()
         if created.get("type") != "session.created":
             self.on_frame(created)  # counts the error frame that refused it
