@@ -4,7 +4,7 @@
 (`SupervisorActor`, with the handlers of its turns, in
 `supervisor._system_turns`) decides (the decisions are `SupervisorMachine`'s, in
 `actors._supervisor_machine`: pure, plain calls in, decisions out, which
-this module carries out); session actors carry out:
+this module and the turns carry out); session actors carry out:
 
 * **Routing.** The routing table maps each session id to the session's
   `SessionMailbox`. Only the supervisor writes it (on the registry's

@@ -1,6 +1,7 @@
 """The supervisor's vocabulary and books: its messages, timers, inbox and figures.
 
-Kept apart from `supervisor._system` so that module holds the decisions.
+Kept apart from `supervisor._system` and `supervisor._system_turns` so they
+hold the decisions carried out.
 Everything here outlives any one supervisor actor: a successor reads the same
 timers and books its predecessor left.
 """
